@@ -1,0 +1,86 @@
+# ascend_ipc build. `make test` sets up everything it needs from a clean clone.
+#   make lib        build/libascendcl_emu.so (exports the acl* names only)
+#   make test       C tests, then the Python tests
+#   make demo       the main job on the emulated default device
+#   make test-c SAN=1     C tests under ASan+UBSan (in build-asan/)
+#   make valgrind   C tests under valgrind
+
+CC ?= cc
+PYTHON ?= python3
+SAN ?= 0
+
+ifeq ($(SAN),1)
+BUILD ?= build-asan
+SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT = -O1
+else
+BUILD ?= build
+SANFLAGS =
+OPT = -O2
+endif
+
+WARN = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+CFLAGS_ALL = -std=gnu11 $(OPT) -g $(WARN) -fPIC -pthread -Icsrc/include -Icsrc $(SANFLAGS) $(CFLAGS)
+LIB_CFLAGS = $(CFLAGS_ALL) -fvisibility=hidden -DACL_BUILDING_LIBRARY
+LDLIBS_ALL = -pthread $(SANFLAGS) $(LDFLAGS)
+
+CORE_SRCS = $(wildcard csrc/core/*.c csrc/emu/*.c)
+LIB_SRCS = $(CORE_SRCS) $(wildcard csrc/api/*.c)
+LIB_OBJS = $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
+HEADERS = $(wildcard csrc/include/acl/*.h csrc/core/*.h csrc/emu/*.h)
+LIB = $(BUILD)/libascendcl_emu.so
+
+CTEST_SRCS = $(wildcard tests/c/test_*.c)
+CTESTS = $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(CTEST_SRCS))
+CBENCH_SRCS = $(wildcard benchmarks/c/bench_*.c)
+CBENCHES = $(patsubst benchmarks/c/%.c,$(BUILD)/bench/%,$(CBENCH_SRCS))
+EXAMPLE_SRCS = $(wildcard examples/c/*.c)
+EXAMPLES = $(patsubst examples/c/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
+
+RPATH = -Wl,-rpath,'$$ORIGIN/..'
+
+.PHONY: all lib test test-c test-py demo demo-c bench-c valgrind clean venv
+
+all: lib
+
+lib: $(LIB)
+
+$(BUILD)/obj/%.o: csrc/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LIB_CFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJS) csrc/api/libascendcl_emu.map
+	$(CC) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=csrc/api/libascendcl_emu.map -Wl,-z,defs $(LDLIBS_ALL)
+
+$(BUILD)/tests/%: tests/c/%.c tests/c/harness.c tests/c/harness.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< tests/c/harness.c -L$(BUILD) -lascendcl_emu $(RPATH) $(LDLIBS_ALL)
+
+$(BUILD)/bench/%: benchmarks/c/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< -L$(BUILD) -lascendcl_emu $(RPATH) $(LDLIBS_ALL)
+
+$(BUILD)/examples/%: examples/c/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< -L$(BUILD) -lascendcl_emu $(RPATH) $(LDLIBS_ALL)
+
+test-c: $(CTESTS)
+	@set -e; for t in $(CTESTS); do echo "== $$t"; $$t; done
+
+valgrind: $(CTESTS)
+	@set -e; for t in $(CTESTS); do echo "== valgrind $$t"; \
+	  TEST_TIMEOUT=600 ASCEND_IPC_VALGRIND=1 valgrind -q --error-exitcode=1 --leak-check=full \
+	    --errors-for-leak-kinds=definite,indirect --trace-children=yes $$t; done
+
+bench-c: $(CBENCHES)
+	@for b in $(CBENCHES); do $$b; done
+
+demo-c: $(EXAMPLES)
+	$(BUILD)/examples/demo_share
+
+test: test-c
+
+demo: demo-c
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,138 @@
+/*
+ * Internal interface between the parts of the emulated runtime.
+ *
+ *   api (csrc/api)  ->  provider table  ->  device.c  memory.c  stream.c  (runtime)
+ *                                        ->  ipc_*.c  (IPC, uses memory.c)
+ *
+ * Lock order, outermost first: ipc lock -> memory lock. Nothing calls back
+ * from memory.c into the IPC layer.
+ */
+#ifndef ASCEND_IPC_EMU_EMU_H_
+#define ASCEND_IPC_EMU_EMU_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "acl/acl.h"
+#include "core/error.h"
+
+#define AIPC_PAGE_SIZE ((size_t)4096)
+#define AIPC_IS_PAGE_ALIGNED(x) ((((uintptr_t)(x)) & (AIPC_PAGE_SIZE - 1)) == 0)
+
+/* ---- config.c: environment, read once --------------------------------- */
+
+typedef struct aipc__config {
+  uint32_t devices;    /* ASCEND_IPC_EMU_DEVICES, default 8 */
+  uint64_t memory;     /* ASCEND_IPC_EMU_MEMORY bytes per device, default 64 GiB */
+  bool strict;         /* ASCEND_IPC_STRICT=1 */
+  uint32_t sdid;       /* ASCEND_IPC_SDID, default 0 */
+  int timeout_ms;      /* ASCEND_IPC_TIMEOUT_MS, default 10000: every blocking IPC wait */
+} aipc__config;
+
+const aipc__config *aipc__config_get(void);
+
+/* ---- device.c ----------------------------------------------------------- */
+
+/* Calling thread's current device (0 until aclrtSetDevice). */
+int32_t aipc__device_current(void);
+/* ACL_SUCCESS if 0 <= id < devices, else a recorded ACL_ERROR_RT_INVALID_DEVICEID. */
+aclError aipc__device_check(int32_t id);
+
+/* ---- memory.c: every address range the runtime knows in this process ---- */
+
+typedef enum aipc__mem_kind {
+  AIPC_MEM_DEVICE = 1, /* aclrtMalloc: a block of a device arena (memfd) */
+  AIPC_MEM_HOST = 2,   /* aclrtMallocHost */
+  AIPC_MEM_IMPORT = 3, /* an imported mapping, owned by the IPC layer */
+} aipc__mem_kind;
+
+typedef struct aipc__block {
+  uintptr_t base;
+  size_t size;           /* page-rounded usable size */
+  aipc__mem_kind kind;
+  int32_t device;        /* DEVICE: its device; IMPORT: the exporter's device */
+  uint64_t arena_offset; /* DEVICE: offset of base in the device arena fd */
+  uint32_t pins;         /* DEVICE: IPC exports not yet finished with it */
+  bool user_freed;       /* DEVICE: aclrtFree called while pinned */
+  void *ipc;             /* IMPORT: the IPC layer's import record */
+  void *impl_;           /* memory.c's bookkeeping */
+} aipc__block;
+
+/* The memory lock guards every block and the map. Copies hold it shared. */
+void aipc__mem_rdlock(void);
+void aipc__mem_wrlock(void);
+void aipc__mem_unlock(void);
+
+/* Block containing p, or NULL. O(log n). Lock held. */
+aipc__block *aipc__mem_find(const void *p);
+
+/* The memfd behind device's arena, or -1 if the device has no memory yet.
+ * Borrowed: valid for the life of the process (until fork in the child). */
+int aipc__mem_arena_fd(int32_t device);
+
+/* Registers an IPC mapping [base, base+size) of the exporter's device.
+ * Write lock held. Returns NULL when memory ran out. */
+aipc__block *aipc__mem_add_import(void *base, size_t size, int32_t device, void *ipc);
+/* Forgets an import block (the caller unmaps). Write lock held. */
+void aipc__mem_remove_import(aipc__block *b);
+
+/* An export keeps its DEVICE block alive: aclrtFree of a pinned block only
+ * marks it user_freed (or fails under ASCEND_IPC_STRICT=1), and the last
+ * unpin then releases it. Write lock held. */
+void aipc__mem_pin(aipc__block *b);
+void aipc__mem_unpin(aipc__block *b);
+
+/* ---- stream.c ----------------------------------------------------------- */
+/* (private to stream.c and the copy entry points) */
+
+/* ---- fork --------------------------------------------------------------- */
+
+/* Each part resets itself in a forked child: the child starts with no
+ * blocks, streams, exports, imports or connections of its own. The parent's
+ * mappings stay mapped in the child but are no longer tracked. Called from
+ * the one pthread_atfork registration in runtime.c, in this order. */
+void aipc__ipc_atfork_prepare(void);
+void aipc__mem_atfork_prepare(void);
+void aipc__mem_atfork_parent(void);
+void aipc__ipc_atfork_parent(void);
+void aipc__mem_atfork_child(void);
+void aipc__stream_atfork_child(void);
+void aipc__ipc_atfork_child(void);
+
+/* ---- the emulator's entry points, as listed in the provider table ------ */
+
+aclError aipc__emu_init(const char *configPath);
+aclError aipc__emu_finalize(void);
+
+aclError aipc__emu_set_device(int32_t deviceId);
+aclError aipc__emu_get_device(int32_t *deviceId);
+aclError aipc__emu_get_device_count(uint32_t *count);
+aclError aipc__emu_reset_device(int32_t deviceId);
+aclError aipc__emu_device_can_access_peer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId);
+aclError aipc__emu_device_enable_peer_access(int32_t peerDeviceId, uint32_t flags);
+aclError aipc__emu_device_get_bare_tgid(int32_t *pid);
+aclError aipc__emu_get_mem_info(aclrtMemAttr attr, size_t *free, size_t *total);
+
+aclError aipc__emu_malloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+aclError aipc__emu_free(void *devPtr);
+aclError aipc__emu_malloc_host(void **hostPtr, size_t size);
+aclError aipc__emu_free_host(void *hostPtr);
+aclError aipc__emu_memcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind);
+aclError aipc__emu_memcpy_async(void *dst, size_t destMax, const void *src, size_t count,
+                                aclrtMemcpyKind kind, aclrtStream stream);
+aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t count);
+
+aclError aipc__emu_create_stream(aclrtStream *stream);
+aclError aipc__emu_destroy_stream(aclrtStream stream);
+aclError aipc__emu_synchronize_stream(aclrtStream stream);
+
+aclError aipc__emu_ipc_get_export_key(void *devPtr, size_t size, char *key, size_t len, uint64_t flags);
+aclError aipc__emu_ipc_set_import_pid(const char *key, int32_t *pid, size_t num);
+aclError aipc__emu_ipc_import_pid_inter_server(const char *key, aclrtServerPid *serverPids, size_t num);
+aclError aipc__emu_ipc_import_by_key(void **devPtr, const char *key, uint64_t flags);
+aclError aipc__emu_ipc_set_attr(const char *key, aclrtIpcMemAttrType type, uint64_t attr);
+aclError aipc__emu_ipc_close(const char *key);
+aclError aipc__emu_ipc_get_attr(const char *key, aclrtIpcMemAttrType type, uint64_t *attr);
+
+#endif

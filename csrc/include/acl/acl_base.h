@@ -1,0 +1,66 @@
+/*
+ * ascend_ipc: base types and error codes of the CANN runtime subset.
+ *
+ * The numbers below are facts of the CANN ABI; programs written against the
+ * CANN documentation compile against this header unchanged.
+ */
+#ifndef ASCEND_IPC_ACL_BASE_H_
+#define ASCEND_IPC_ACL_BASE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(ACL_BUILDING_LIBRARY)
+#define ACL_FUNC_VISIBILITY __attribute__((visibility("default")))
+#else
+#define ACL_FUNC_VISIBILITY
+#endif
+
+typedef int aclError;
+
+/*
+ * The one table of error codes: X(symbol, number, message).
+ * It yields the constants below and, inside the library, the name and
+ * message functions, so the three can never disagree.
+ */
+#define ACL_ERROR_CODE_TABLE(X)                                                \
+  X(ACL_SUCCESS, 0, "success")                                                 \
+  X(ACL_ERROR_INVALID_PARAM, 100000, "invalid parameter")                      \
+  X(ACL_ERROR_RT_PARAM_INVALID, 107000, "runtime: invalid parameter")          \
+  X(ACL_ERROR_RT_INVALID_DEVICEID, 107001, "runtime: invalid device id")       \
+  X(ACL_ERROR_BAD_ALLOC, 200000, "memory allocation failed")                   \
+  X(ACL_ERROR_INVALID_DEVICE, 200002, "invalid device")                        \
+  X(ACL_ERROR_FEATURE_UNSUPPORTED, 200006, "feature not supported")            \
+  X(ACL_ERROR_RT_FEATURE_NOT_SUPPORT, 207000, "runtime: feature not supported") \
+  X(ACL_ERROR_RT_MEMORY_ALLOCATION, 207001, "runtime: device memory allocation failed") \
+  X(ACL_ERROR_RT_NO_PERMISSION, 207006, "runtime: no permission")              \
+  X(ACL_ERROR_RT_LINK_TYPE_NOT_SUPPORTED, 207021, "runtime: link type not supported") \
+  X(ACL_ERROR_RT_INTERNAL_ERROR, 507000, "runtime: internal error")            \
+  X(ACL_ERROR_RT_IPC_ERROR, 507022, "runtime: IPC error")                      \
+  X(ACL_ERROR_RT_DRV_INTERNAL_ERROR, 507899, "runtime: driver internal error")
+
+#define ACL_ERROR_CODE_ENUM_(sym, num, msg) sym = num,
+enum { ACL_ERROR_CODE_TABLE(ACL_ERROR_CODE_ENUM_) };
+#undef ACL_ERROR_CODE_ENUM_
+
+/*
+ * Returns the message of the most recent failure on the calling thread and
+ * clears it, or NULL when no failure happened since the last call.
+ * Ownership: the string belongs to the library and stays valid on this
+ * thread until the next call of aclGetRecentErrMsg.
+ */
+ACL_FUNC_VISIBILITY const char *aclGetRecentErrMsg(void);
+
+/* Library lifetime. configPath may be NULL; the emulator reads no file. */
+ACL_FUNC_VISIBILITY aclError aclInit(const char *configPath);
+ACL_FUNC_VISIBILITY aclError aclFinalize(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ASCEND_IPC_ACL_BASE_H_ */

@@ -1,0 +1,169 @@
+/*
+ * ascend_ipc: the CANN runtime subset (devices, memory, streams, IPC).
+ *
+ * Every call returns ACL_SUCCESS or an error code; on failure the calling
+ * thread's recent error message (aclGetRecentErrMsg) says what went wrong,
+ * and output parameters are left untouched. Every call is thread-safe.
+ */
+#ifndef ASCEND_IPC_ACL_RT_H_
+#define ASCEND_IPC_ACL_RT_H_
+
+#include "acl_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void *aclrtStream;
+
+typedef enum aclrtMemcpyKind {
+  ACL_MEMCPY_HOST_TO_HOST = 0,
+  ACL_MEMCPY_HOST_TO_DEVICE = 1,
+  ACL_MEMCPY_DEVICE_TO_HOST = 2,
+  ACL_MEMCPY_DEVICE_TO_DEVICE = 3,
+  ACL_MEMCPY_DEFAULT = 4,
+  ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE = 5,
+  ACL_MEMCPY_INNER_DEVICE_TO_DEVICE = 6,
+  ACL_MEMCPY_INTER_DEVICE_TO_DEVICE = 7,
+} aclrtMemcpyKind;
+
+typedef enum aclrtMemMallocPolicy {
+  ACL_MEM_MALLOC_HUGE_FIRST = 0,
+  ACL_MEM_MALLOC_HUGE_ONLY = 1,
+  ACL_MEM_MALLOC_NORMAL_ONLY = 2,
+  ACL_MEM_MALLOC_HUGE_FIRST_P2P = 3,
+  ACL_MEM_MALLOC_HUGE_ONLY_P2P = 4,
+  ACL_MEM_MALLOC_NORMAL_ONLY_P2P = 5,
+} aclrtMemMallocPolicy;
+
+typedef enum aclrtMemAttr {
+  ACL_DDR_MEM = 0,
+  ACL_HBM_MEM = 1,
+  ACL_DDR_MEM_HUGE = 2,
+  ACL_DDR_MEM_NORMAL = 3,
+  ACL_HBM_MEM_HUGE = 4,
+  ACL_HBM_MEM_NORMAL = 5,
+  ACL_DDR_MEM_P2P_HUGE = 6,
+  ACL_DDR_MEM_P2P_NORMAL = 7,
+  ACL_HBM_MEM_P2P_HUGE = 8,
+  ACL_HBM_MEM_P2P_NORMAL = 9,
+} aclrtMemAttr;
+
+#define ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION 0x1UL
+#define ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS 0x1UL
+
+typedef enum aclrtIpcMemAttrType {
+  ACL_RT_IPC_MEM_ATTR_ACCESS_LINK = 0,
+} aclrtIpcMemAttrType;
+
+#define ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO 0
+#define ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS 1
+#define ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_ONE_PORT_PATH 2
+#define ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_MULTI_PORT_PATH 3
+
+/* A whitelist entry for one super-node server: num pids on server sdid. */
+typedef struct aclrtServerPid {
+  uint32_t sdid;
+  int32_t *pid;
+  size_t num;
+} aclrtServerPid;
+
+/* Buffer length an IPC key needs: 64 characters and the terminating NUL. */
+#define ACL_IPC_MEM_KEY_LEN 65
+
+/* ---- devices ------------------------------------------------------------ */
+
+/* Makes deviceId the calling thread's current device. */
+ACL_FUNC_VISIBILITY aclError aclrtSetDevice(int32_t deviceId);
+/* Writes the calling thread's current device (0 until one is set). */
+ACL_FUNC_VISIBILITY aclError aclrtGetDevice(int32_t *deviceId);
+ACL_FUNC_VISIBILITY aclError aclrtGetDeviceCount(uint32_t *count);
+/* Releases the calling thread's claim on deviceId; memory stays allocated. */
+ACL_FUNC_VISIBILITY aclError aclrtResetDevice(int32_t deviceId);
+ACL_FUNC_VISIBILITY aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId,
+                                                      int32_t peerDeviceId);
+/* flags must be 0. */
+ACL_FUNC_VISIBILITY aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags);
+/* Writes the process id other processes must whitelist for this process. */
+ACL_FUNC_VISIBILITY aclError aclrtDeviceGetBareTgid(int32_t *pid);
+/* Free and total bytes of the current device. */
+ACL_FUNC_VISIBILITY aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
+
+/* ---- memory ------------------------------------------------------------- */
+
+/*
+ * Allocates size bytes on the current device. The caller owns *devPtr and
+ * releases it with aclrtFree. The block is page-aligned and its usable size is
+ * size rounded up to the page size (4 KiB).
+ */
+ACL_FUNC_VISIBILITY aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+/* Releases memory from aclrtMalloc. Imported memory is released by aclrtIpcMemClose. */
+ACL_FUNC_VISIBILITY aclError aclrtFree(void *devPtr);
+/* Allocates page-locked host memory; the caller releases it with aclrtFreeHost. */
+ACL_FUNC_VISIBILITY aclError aclrtMallocHost(void **hostPtr, size_t size);
+ACL_FUNC_VISIBILITY aclError aclrtFreeHost(void *hostPtr);
+/* Copies count bytes; fails unless count <= destMax and the pointers match kind. */
+ACL_FUNC_VISIBILITY aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
+                                         aclrtMemcpyKind kind);
+/*
+ * Queues the copy on stream (NULL: the default stream) and returns; the copy
+ * runs in order with the stream's other work. Argument errors are reported
+ * here, execution errors by aclrtSynchronizeStream.
+ */
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src,
+                                              size_t count, aclrtMemcpyKind kind,
+                                              aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value,
+                                         size_t count);
+
+/* ---- streams ------------------------------------------------------------ */
+
+/* Creates a stream; the caller owns it and destroys it with aclrtDestroyStream. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateStream(aclrtStream *stream);
+/* Waits for the stream's queued work, then destroys it. */
+ACL_FUNC_VISIBILITY aclError aclrtDestroyStream(aclrtStream stream);
+/* Waits for the stream's queued work; returns the first error it met. */
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStream(aclrtStream stream);
+
+/* ---- IPC memory sharing ------------------------------------------------- */
+
+/*
+ * Exports [devPtr, devPtr + size) of a live aclrtMalloc block of this process
+ * and writes its key (NUL-terminated, at most 64 characters) into key, which
+ * has room for len >= 65 bytes. devPtr and size are page-aligned; flags is
+ * ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT (whitelist enforced, empty at first) or
+ * ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION (any process of this user
+ * holding the key may import). The export lives until aclrtIpcMemClose(key)
+ * in this process.
+ */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemGetExportKey(void *devPtr, size_t size, char *key,
+                                                     size_t len, uint64_t flags);
+/* Adds num pids (from aclrtDeviceGetBareTgid in the importers) to the whitelist of an export of this process. */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemSetImportPid(const char *key, int32_t *pid, size_t num);
+/* Adds whitelist entries per super-node server; entries of this server whitelist local pids. */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemImportPidInterServer(const char *key,
+                                                             aclrtServerPid *serverPids,
+                                                             size_t num);
+/*
+ * Maps the memory behind key into this process and writes its address to
+ * *devPtr. Importing one key again returns the same address and counts a
+ * reference; each import is matched by one aclrtIpcMemClose(key).
+ */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemImportByKey(void **devPtr, const char *key, uint64_t flags);
+/* Sets an attribute of an export of this process, before its first import. */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemSetAttr(const char *key, aclrtIpcMemAttrType type,
+                                                uint64_t attr);
+/*
+ * Importer: drops one reference; the last one unmaps the memory.
+ * Exporter: ends the export; the memory stays valid for importers that still
+ * hold it (with ASCEND_IPC_STRICT=1 the call fails while any do).
+ */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemClose(const char *key);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ASCEND_IPC_ACL_RT_H_ */
