@@ -39,7 +39,7 @@ EXAMPLES = $(patsubst examples/c/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
 RPATH = -Wl,-rpath,'$$ORIGIN/..'
 
-.PHONY: all lib test test-c test-py demo demo-c bench-c valgrind clean venv
+.PHONY: all lib test test-c test-py test-py-asan demo demo-c bench-c valgrind clean venv
 
 all: lib
 
@@ -78,9 +78,42 @@ bench-c: $(CBENCHES)
 demo-c: $(EXAMPLES)
 	$(BUILD)/examples/demo_share
 
-test: test-c
+# The Python side: a virtual environment with the package installed in
+# editable mode and the test extra (torch pinned in pyproject.toml).
+VENV ?= .venv
+VPY = $(VENV)/bin/python
+PY_SRCS = setup.py pyproject.toml $(wildcard csrc/*/*.c csrc/*/*.h csrc/include/acl/*.h)
 
-demo: demo-c
+$(VENV)/.installed: $(PY_SRCS)
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q setuptools wheel numpy
+	$(VPY) -m pip install -q --no-build-isolation -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+test-py: $(VENV)/.installed
+	$(VPY) -m pytest -q tests/python
+
+# The extension and C core built with ASan+UBSan, under pytest.
+ASAN_VENV = .venv-asan
+$(ASAN_VENV)/.installed: $(PY_SRCS)
+	test -x $(ASAN_VENV)/bin/python || $(PYTHON) -m venv $(ASAN_VENV)
+	$(ASAN_VENV)/bin/python -m pip install -q setuptools wheel numpy
+	ASCEND_IPC_SANITIZE=1 $(ASAN_VENV)/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps .
+	$(ASAN_VENV)/bin/python -m pip install -q '.[test]'
+	touch $@
+
+test-py-asan: $(ASAN_VENV)/.installed
+	cd tests && LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	  PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ../$(ASAN_VENV)/bin/python -m pytest -q -p no:cacheprovider python
+
+test: test-c test-py
+
+demo: $(VENV)/.installed
+	$(VPY) -m ascend_ipc.demo
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan $(VENV)/.installed $(ASAN_VENV)
