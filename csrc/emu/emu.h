@@ -100,6 +100,15 @@ void aipc__mem_atfork_child(void);
 void aipc__stream_atfork_child(void);
 void aipc__ipc_atfork_child(void);
 
+/* ---- aclFinalize ---------------------------------------------------------- */
+
+/* The IPC layer's part of aclFinalize: ends every export and import of this
+ * process (unpinning and aipc__mem_remove_import as usual), stops its
+ * threads, and leaves it as before the first IPC call. Called with no lock
+ * held, after every stream has drained and before memory.c frees what is
+ * left. */
+void aipc__ipc_finalize(void);
+
 /* ---- the emulator's entry points, as listed in the provider table ------ */
 
 aclError aipc__emu_init(const char *configPath);

@@ -1,0 +1,59 @@
+"""ascend_ipc: share NPU device memory between processes, zero-copy.
+
+The CANN runtime's IPC memory interface (export a range of device memory as a
+key in one process, import it by key in another) for Python: picklable
+handles, DLPack arrays that numpy and torch use without copying, and a
+torch.multiprocessing integration (``ascend_ipc.torch``).
+
+    import ascend_ipc as aipc
+    a = aipc.from_numpy(np.arange(8, dtype=np.float32))
+    h = aipc.export(a)                 # picklable IpcHandle
+    # ... in another process:
+    with h.open() as b:                # DeviceArray over the same bytes
+        np.from_dlpack(b)[:] += 1      # the exporter sees the change
+
+``import ascend_ipc`` does not import torch; ``ascend_ipc.torch`` does.
+"""
+
+from ._version import __version__
+from ._C import (
+    AclError,
+    DeviceArray,
+    IpcHandle,
+    bare_tgid,
+    current_device,
+    device_count,
+    empty,
+    export,
+    from_numpy,
+    mem_info,
+    provider,
+    set_device,
+    zeros,
+)
+
+__all__ = [
+    "AclError",
+    "DeviceArray",
+    "IpcHandle",
+    "__version__",
+    "bare_tgid",
+    "current_device",
+    "device_count",
+    "empty",
+    "export",
+    "from_numpy",
+    "mem_info",
+    "provider",
+    "set_device",
+    "zeros",
+]
+
+
+def __getattr__(name):
+    # ascend_ipc.torch on first use, so that importing ascend_ipc never imports torch.
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module("ascend_ipc.torch")
+    raise AttributeError(f"module 'ascend_ipc' has no attribute {name!r}")

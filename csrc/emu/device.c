@@ -1,0 +1,121 @@
+/* Devices, the per-thread current device, peer access, and the emulator's
+ * lifecycle (aclInit / aclFinalize). */
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "emu_internal.h"
+
+/* A thread's current device counts only while its generation is the
+ * process's: aclFinalize bumps the generation, which puts every thread back
+ * on device 0 without touching other threads' storage. */
+static __thread int32_t tl_device;
+static __thread uint64_t tl_gen;
+static _Atomic uint64_t g_gen = 1;
+
+/* Bit p of g_peer[d]: device d enabled access to peer p. */
+static _Atomic uint64_t g_peer[AIPC_MAX_DEVICES];
+
+int32_t aipc__device_current(void) {
+  return tl_gen == atomic_load_explicit(&g_gen, memory_order_relaxed) ? tl_device : 0;
+}
+
+static aclError check_id(const char *call, const char *what, int32_t id) {
+  uint32_t n = aipc__config_get()->devices;
+  if (id < 0 || (uint32_t)id >= n)
+    return aipc__fail(ACL_ERROR_RT_INVALID_DEVICEID, "%s: %s %d is out of range: %u device%s (0..%u; ASCEND_IPC_EMU_DEVICES)",
+                      call, what, (int)id, n, n == 1 ? "" : "s", n - 1);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__device_check(int32_t id) { return check_id("device check", "device id", id); }
+
+aclError aipc__emu_set_device(int32_t deviceId) {
+  aclError rc = check_id("aclrtSetDevice", "deviceId", deviceId);
+  if (rc) return rc;
+  tl_device = deviceId;
+  tl_gen = atomic_load(&g_gen);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_get_device(int32_t *deviceId) {
+  if (!deviceId) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDevice: deviceId is NULL");
+  *deviceId = aipc__device_current();
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_get_device_count(uint32_t *count) {
+  if (!count) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceCount: count is NULL");
+  *count = aipc__config_get()->devices;
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_reset_device(int32_t deviceId) {
+  /* The thread's claim ends; its memory stays allocated, as documented. */
+  return check_id("aclrtResetDevice", "deviceId", deviceId);
+}
+
+aclError aipc__emu_device_can_access_peer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId) {
+  if (!canAccessPeer) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtDeviceCanAccessPeer: canAccessPeer is NULL");
+  aclError rc;
+  if ((rc = check_id("aclrtDeviceCanAccessPeer", "deviceId", deviceId))) return rc;
+  if ((rc = check_id("aclrtDeviceCanAccessPeer", "peerDeviceId", peerDeviceId))) return rc;
+  if (deviceId == peerDeviceId)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtDeviceCanAccessPeer: deviceId and peerDeviceId are both %d",
+                      (int)deviceId);
+  *canAccessPeer = 1;
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_device_enable_peer_access(int32_t peerDeviceId, uint32_t flags) {
+  aclError rc = check_id("aclrtDeviceEnablePeerAccess", "peerDeviceId", peerDeviceId);
+  if (rc) return rc;
+  if (flags != 0)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtDeviceEnablePeerAccess: flags must be 0, got 0x%x", flags);
+  int32_t cur = aipc__device_current();
+  if (peerDeviceId == cur)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                      "aclrtDeviceEnablePeerAccess: peerDeviceId %d is the current device; a peer is another device",
+                      (int)peerDeviceId);
+  atomic_fetch_or(&g_peer[cur], (uint64_t)1 << peerDeviceId);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_device_get_bare_tgid(int32_t *pid) {
+  if (!pid) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtDeviceGetBareTgid: pid is NULL");
+  *pid = (int32_t)getpid();
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_get_mem_info(aclrtMemAttr attr, size_t *free, size_t *total) {
+  if ((unsigned)attr > ACL_HBM_MEM_P2P_NORMAL)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: attr %d is not an aclrtMemAttr (0..9)", (int)attr);
+  if (!free) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: free is NULL");
+  if (!total) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: total is NULL");
+  uint64_t cap = aipc__config_get()->memory;
+  uint64_t used = aipc__mem_used(aipc__device_current());
+  *free = (size_t)(cap - used);
+  *total = (size_t)cap;
+  return ACL_SUCCESS;
+}
+
+void aipc__device_finalize(void) {
+  atomic_fetch_add(&g_gen, 1);
+  for (int d = 0; d < AIPC_MAX_DEVICES; d++) atomic_store(&g_peer[d], 0);
+}
+
+aclError aipc__emu_init(const char *configPath) {
+  /* Everything starts lazily; the config file of CANN has no meaning here. */
+  (void)configPath;
+  (void)aipc__config_get();
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_finalize(void) {
+  /* Streams first (their queued copies touch memory), then IPC (it unpins
+   * and removes its blocks), then whatever memory is left. */
+  aipc__stream_finalize();
+  aipc__ipc_finalize();
+  aipc__mem_finalize();
+  aipc__device_finalize();
+  return ACL_SUCCESS;
+}

@@ -1,0 +1,36 @@
+/*
+ * Private seams between the runtime's own files (config, device, memory,
+ * stream). The IPC layer uses emu.h only.
+ */
+#ifndef ASCEND_IPC_EMU_EMU_INTERNAL_H_
+#define ASCEND_IPC_EMU_EMU_INTERNAL_H_
+
+#include "emu.h"
+
+#define AIPC_MAX_DEVICES 64
+
+/* memory.c */
+/* Bytes of device's capacity in use (page-rounded sizes). */
+uint64_t aipc__mem_used(int32_t device);
+/* Frees every block and arena (aclFinalize). */
+void aipc__mem_finalize(void);
+/*
+ * Validates a copy of count bytes from src to dst of the given kind, for
+ * the entry point named call; memory lock held (shared or exclusive).
+ * cur_dev is the calling thread's current device. async: the copy runs on a
+ * stream (the cross-device rule allows asynchronous device-to-device).
+ */
+aclError aipc__copy_check(const char *call, void *dst, size_t destMax, const void *src, size_t count,
+                          aclrtMemcpyKind kind, int32_t cur_dev, bool async);
+/* Name of a memcpy kind ("ACL_MEMCPY_HOST_TO_DEVICE"), or "unknown kind". */
+const char *aipc__memcpy_kind_name(int kind);
+
+/* stream.c */
+void aipc__stream_finalize(void);
+void aipc__stream_atfork_prepare(void);
+void aipc__stream_atfork_parent(void);
+
+/* device.c */
+void aipc__device_finalize(void);
+
+#endif

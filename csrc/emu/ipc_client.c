@@ -1,0 +1,591 @@
+/*
+ * Importer side: one persistent connection per exporter process, and the
+ * table of this process's imports.
+ *
+ * A request holds its connection's mutex (never g.lock) while it waits;
+ * every wait is bounded by the socket timeouts (ASCEND_IPC_TIMEOUT_MS). A
+ * request that timed out leaves its id in the connection's "abandoned" list,
+ * so its reply, should it come later, is recognised and undone (the arena
+ * fd it may carry is kept in the cache, a granted reference is released).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "emu/ipc_internal.h"
+
+#define g aipc__g
+#define CALL "aclrtIpcMemImportByKey"
+#define ABANDONED_MAX 1024
+
+static aipc__hkey ckey(uint32_t pid, uint64_t nonce) { return (aipc__hkey){pid, nonce}; }
+static aipc__hkey ikey(uint64_t nonce, uint64_t id) { return (aipc__hkey){nonce, id}; }
+
+aipc__import *aipc__import_lookup(const aipc__key *k) {
+  aipc__import *imp = aipc__hmap_get(&g.imports, ikey(k->nonce, k->export_id));
+  if (!imp || imp->pid != k->pid) return NULL;
+  /* A forged key with a known id but the wrong secret must not hit the cache. */
+  return aipc__secret_equal(imp->secret, k->secret) ? imp : NULL;
+}
+
+/* ---- connections -------------------------------------------------------------- */
+
+/* Closes the socket and the cached arena fds. conn->mu held (or exclusive). */
+static void conn_drop(aipc__cconn *c) {
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+  for (size_t i = 0; i < c->n_arena; i++)
+    if (c->arena_fds[i] >= 0) close(c->arena_fds[i]);
+  free(c->arena_fds);
+  free(c->arena_sizes);
+  c->arena_fds = NULL;
+  c->arena_sizes = NULL;
+  c->n_arena = 0;
+  free(c->abandoned);
+  c->abandoned = NULL;
+  c->n_abandoned = c->cap_abandoned = 0;
+  c->gen++;
+}
+
+static void conn_free(aipc__cconn *c) {
+  conn_drop(c);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+static bool conn_idle(const aipc__cconn *c) { return c->users == 0 && c->imports == 0; }
+
+/* g.lock held: drops idle connections whose exporter hung up, then the least
+ * recently used idle ones beyond AIPC_IDLE_CCONNS_MAX. An idle connection
+ * keeps its exporter's arena fds open (and so the exporter's memory alive
+ * after it dies), which is why they are bounded. */
+static void conns_trim(bool sweep_dead) {
+  aipc__hkey k;
+  void *v;
+  if (sweep_dead && g.idle_cconns) {
+    for (size_t i = 0; aipc__hmap_next(&g.cconns, &i, &k, &v);) {
+      aipc__cconn *c = v;
+      if (!conn_idle(c)) continue;
+      struct pollfd p = {.fd = c->fd, .events = POLLIN};
+      if (c->fd >= 0 && (poll(&p, 1, 0) == 0 || !(p.revents & (POLLHUP | POLLERR)))) continue;
+      aipc__hmap_remove(&g.cconns, k);
+      g.idle_cconns--;
+      conn_free(c);
+    }
+  }
+  while (g.idle_cconns > AIPC_IDLE_CCONNS_MAX) {
+    aipc__cconn *lru = NULL;
+    aipc__hkey lk = {0, 0};
+    for (size_t i = 0; aipc__hmap_next(&g.cconns, &i, &k, &v);) {
+      aipc__cconn *c = v;
+      if (conn_idle(c) && (!lru || c->last_used < lru->last_used)) {
+        lru = c;
+        lk = k;
+      }
+    }
+    if (!lru) break;
+    aipc__hmap_remove(&g.cconns, lk);
+    g.idle_cconns--;
+    conn_free(lru);
+  }
+}
+
+/* g.lock held. Returns the connection to (pid, nonce) with a user reference, or NULL. */
+static aipc__cconn *conn_get(uint32_t pid, uint64_t nonce) {
+  aipc__cconn *c = aipc__hmap_get(&g.cconns, ckey(pid, nonce));
+  if (!c) {
+    conns_trim(true);
+    c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    pthread_mutex_init(&c->mu, NULL);
+    c->pid = pid;
+    c->nonce = nonce;
+    c->fd = -1;
+    if (aipc__hmap_put(&g.cconns, ckey(pid, nonce), c) != 0) {
+      conn_free(c);
+      return NULL;
+    }
+    c->users = 1;
+    return c;
+  }
+  if (conn_idle(c)) g.idle_cconns--;
+  c->users++;
+  return c;
+}
+
+/* g.lock held. Gives back a user reference. */
+static void conn_put(aipc__cconn *c) {
+  c->users--;
+  if (conn_idle(c)) {
+    c->last_used = ++g.tick;
+    g.idle_cconns++;
+    conns_trim(false);
+  }
+}
+
+static aclError conn_connect(aipc__cconn *c) {
+  int timeout_ms = aipc__config_get()->timeout_ms;
+  struct sockaddr_un sa;
+  unsigned salen = aipc__ipc_sockaddr(&sa, c->pid, c->nonce);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot create a socket: %s", strerror(errno));
+  struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  int r;
+  do r = connect(fd, (struct sockaddr *)&sa, salen);
+  while (r != 0 && errno == EINTR);
+  if (r != 0) {
+    int e = errno;
+    close(fd);
+    if (e == EAGAIN || e == ETIMEDOUT)
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
+                        CALL ": exporter process %u did not accept a connection within %d ms (overloaded?)", c->pid,
+                        timeout_ms);
+    if (e == ECONNREFUSED || e == ENOENT)
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
+                        CALL ": exporter process %u is gone (exited or finalized): its keys can no longer be imported",
+                        c->pid);
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot connect to exporter process %u: %s", c->pid, strerror(e));
+  }
+  struct ucred cr;
+  socklen_t cl = sizeof cr;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || (uint32_t)cr.pid != c->pid) {
+    close(fd);
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
+                      CALL ": the socket of exporter process %u is served by another process (%d): key refused",
+                      c->pid, (int)cr.pid);
+  }
+  c->fd = fd;
+  c->gen++;
+  return ACL_SUCCESS;
+}
+
+typedef enum { RT_OK, RT_DEAD, RT_TIMEOUT, RT_PROTO } rt_result;
+
+static int send_msg(aipc__cconn *c, aipc__msg *m) {
+  uint8_t buf[AIPC_PROTO_MAX];
+  size_t len = aipc__proto_encode(m, buf);
+  for (;;) {
+    ssize_t r = send(c->fd, buf, len, MSG_NOSIGNAL);
+    if (r == (ssize_t)len) return RT_OK;
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return RT_TIMEOUT;
+    return RT_DEAD;
+  }
+}
+
+/* Sends RELEASE(id, count), one-way. conn->mu held. A connection that cannot
+ * take it (dead, or an exporter not reading) is dropped: its EOF then makes
+ * the exporter drop every reference this process holds on it. */
+static void send_release(aipc__cconn *c, uint64_t id, uint32_t count) {
+  if (c->fd < 0) return;
+  aipc__msg m;
+  memset(&m, 0, offsetof(aipc__msg, text) + 1);
+  m.type = AIPC_MSG_RELEASE;
+  m.req = ++c->next_req;
+  m.export_id = id;
+  m.count = count;
+  if (send_msg(c, &m) != RT_OK) conn_drop(c);
+}
+
+static int cache_arena_fd(aipc__cconn *c, int32_t device, int fd) {
+  if ((size_t)device >= c->n_arena) {
+    size_t n = (size_t)device + 1;
+    int *f = realloc(c->arena_fds, n * sizeof *f);
+    if (!f) return -1;
+    c->arena_fds = f;
+    uint64_t *s = realloc(c->arena_sizes, n * sizeof *s);
+    if (!s) return -1;
+    c->arena_sizes = s;
+    for (size_t i = c->n_arena; i < n; i++) {
+      f[i] = -1;
+      s[i] = 0;
+    }
+    c->n_arena = n;
+  }
+  if (c->arena_fds[device] >= 0) close(c->arena_fds[device]);
+  c->arena_fds[device] = fd;
+  c->arena_sizes[device] = 0;
+  return 0;
+}
+
+static int abandoned_take(aipc__cconn *c, uint64_t req, uint64_t *export_id) {
+  for (size_t i = 0; i < c->n_abandoned; i += 2) {
+    if (c->abandoned[i] == req) {
+      *export_id = c->abandoned[i + 1];
+      c->abandoned[i] = c->abandoned[c->n_abandoned - 2];
+      c->abandoned[i + 1] = c->abandoned[c->n_abandoned - 1];
+      c->n_abandoned -= 2;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int abandoned_add(aipc__cconn *c, uint64_t req, uint64_t export_id) {
+  if (c->n_abandoned / 2 >= ABANDONED_MAX) return -1;
+  if (c->n_abandoned + 2 > c->cap_abandoned) {
+    size_t cap = c->cap_abandoned ? c->cap_abandoned * 2 : 16;
+    uint64_t *v = realloc(c->abandoned, cap * sizeof *v);
+    if (!v) return -1;
+    c->abandoned = v;
+    c->cap_abandoned = cap;
+  }
+  c->abandoned[c->n_abandoned++] = req;
+  c->abandoned[c->n_abandoned++] = export_id;
+  return 0;
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * Sends q and waits for its reply into a (with *fd: the attached
+ * descriptor, or -1). conn->mu held. Stale replies met on the way are undone.
+ */
+static rt_result roundtrip(aipc__cconn *c, aipc__msg *q, aipc__msg *a, int *fd, const char **why) {
+  *fd = -1;
+  *why = NULL;
+  q->req = ++c->next_req;
+  rt_result sr = send_msg(c, q);
+  if (sr != RT_OK) return sr;
+  uint64_t deadline = 0;
+  for (;;) {
+    uint8_t buf[AIPC_PROTO_MAX];
+    union {
+      char b[CMSG_SPACE(sizeof(int) * 4)];
+      struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {buf, sizeof buf};
+    struct msghdr mh;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.b;
+    mh.msg_controllen = sizeof ctl.b;
+    ssize_t r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+    if (r < 0) {
+      if (errno == EINTR) {
+        if (!deadline) deadline = now_ms() + (uint64_t)aipc__config_get()->timeout_ms;
+        if (now_ms() < deadline) continue;
+      }
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        if (abandoned_add(c, q->req, q->export_id) != 0) conn_drop(c);
+        return RT_TIMEOUT;
+      }
+      return RT_DEAD;
+    }
+    int fds[8], nfd = 0;
+    bool bad_control = false;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
+        bad_control = true;
+        continue;
+      }
+      size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < k; i++) {
+        int f;
+        memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof f);
+        if (nfd < 8) fds[nfd++] = f; else close(f);
+      }
+    }
+    if (r == 0) {
+      for (int i = 0; i < nfd; i++) close(fds[i]);
+      return RT_DEAD;
+    }
+    aipc__decode_result d = aipc__proto_decode(buf, (size_t)r, a, why);
+    int want = d == AIPC_DECODE_OK && a->type == AIPC_MSG_IMPORT_REPLY && (a->flags & AIPC_REPLY_FD) ? 1 : 0;
+    if (d != AIPC_DECODE_OK || bad_control || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfd != want ||
+        (a->type != AIPC_MSG_IMPORT_REPLY && a->type != AIPC_MSG_ERROR)) {
+      for (int i = 0; i < nfd; i++) close(fds[i]);
+      if (!*why) *why = "unexpected message or descriptors";
+      return RT_PROTO;
+    }
+    if (a->req == q->req) {
+      if (nfd) *fd = fds[0];
+      return RT_OK;
+    }
+    uint64_t stale_id;
+    if (!abandoned_take(c, a->req, &stale_id)) {
+      for (int i = 0; i < nfd; i++) close(fds[i]);
+      *why = "reply to a request never sent";
+      return RT_PROTO;
+    }
+    /* The reply to a request whose caller gave up: keep the arena fd (the
+     * exporter now counts it as sent), give back the reference. */
+    if (a->type == AIPC_MSG_IMPORT_REPLY && a->status == ACL_SUCCESS) {
+      if (nfd && cache_arena_fd(c, a->device, fds[0]) != 0) {
+        close(fds[0]);
+        return RT_PROTO;
+      }
+      send_release(c, stale_id, 1);
+      if (c->fd < 0) return RT_DEAD;
+    }
+    if (!deadline) deadline = now_ms() + (uint64_t)aipc__config_get()->timeout_ms;
+    if (now_ms() >= deadline) {
+      if (abandoned_add(c, q->req, q->export_id) != 0) conn_drop(c);
+      return RT_TIMEOUT;
+    }
+  }
+}
+
+/* ---- import / close ------------------------------------------------------------ */
+
+typedef struct mapped {
+  void *ptr;
+  size_t size;
+  int32_t device;
+  uint32_t attr;
+  uint64_t gen;
+} mapped;
+
+/* The wire part of an import: conn->mu held. */
+static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags, mapped *out) {
+  int timeout_ms = aipc__config_get()->timeout_ms;
+  aipc__msg q, a;
+  memset(&q, 0, offsetof(aipc__msg, text) + 1);
+  q.type = AIPC_MSG_IMPORT;
+  q.export_id = k->export_id;
+  memcpy(q.secret, k->secret, AIPC_SECRET_LEN);
+  q.flags = (uint32_t)flags;
+  q.sdid = aipc__config_get()->sdid;
+  int fd = -1;
+  const char *why = NULL;
+  rt_result rr = RT_DEAD;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    bool fresh = false;
+    if (c->fd < 0) {
+      aclError rc = conn_connect(c);
+      if (rc != ACL_SUCCESS) return rc;
+      fresh = true;
+    }
+    rr = roundtrip(c, &q, &a, &fd, &why);
+    if (rr != RT_DEAD) break;
+    conn_drop(c); /* EOF on a cached connection: the exporter may have restarted its server; try once more */
+    if (fresh) break;
+  }
+  switch (rr) {
+    case RT_OK: break;
+    case RT_DEAD:
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
+                        CALL ": exporter process %u closed the connection (it exited, finalized or refused us)", k->pid);
+    case RT_TIMEOUT:
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
+                        CALL ": no reply from exporter process %u within %d ms (stopped, hung or overloaded?); "
+                        "ASCEND_IPC_TIMEOUT_MS sets the limit",
+                        k->pid, timeout_ms);
+    case RT_PROTO:
+      conn_drop(c);
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": exporter process %u sent a malformed reply (%s)", k->pid,
+                        why ? why : "?");
+  }
+  if (a.type == AIPC_MSG_ERROR) {
+    conn_drop(c); /* the exporter closes it after an ERROR */
+    return aipc__fail(a.status, CALL ": %s", a.text);
+  }
+  if (a.status != ACL_SUCCESS) return aipc__fail(a.status, CALL ": %s", a.text);
+
+  /* Granted: from here on a failure must give the reference back. */
+  const char *fail_why = NULL;
+  if (fd >= 0 && cache_arena_fd(c, a.device, fd) != 0) {
+    close(fd);
+    conn_drop(c);
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
+  }
+  int afd = (size_t)a.device < c->n_arena ? c->arena_fds[a.device] : -1;
+  if (afd < 0) {
+    conn_drop(c); /* the exporter believes we hold an fd we do not: start over */
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": exporter process %u did not send the memory of device %d",
+                      k->pid, (int)a.device);
+  }
+  if (a.offset + a.size > c->arena_sizes[a.device]) {
+    struct stat st;
+    if (fstat(afd, &st) == 0) c->arena_sizes[a.device] = (uint64_t)st.st_size;
+    if (a.offset + a.size > c->arena_sizes[a.device]) fail_why = "the range lies outside the exporter's memory";
+  }
+  void *p = MAP_FAILED;
+  if (!fail_why) {
+    p = mmap(NULL, a.size, PROT_READ | PROT_WRITE, MAP_SHARED, afd, (off_t)a.offset);
+    if (p == MAP_FAILED) fail_why = strerror(errno);
+  }
+  if (fail_why) {
+    send_release(c, k->export_id, 1);
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": cannot map %" PRIu64 " bytes of process %u: %s", a.size,
+                      k->pid, fail_why);
+  }
+  out->ptr = p;
+  out->size = a.size;
+  out->device = a.device;
+  out->attr = a.attr;
+  out->gen = c->gen;
+  return ACL_SUCCESS;
+}
+
+aclError aipc__client_import(const aipc__key *k, uint64_t flags, void **devPtr) {
+  pthread_mutex_lock(&g.lock);
+  aipc__import *imp = aipc__import_lookup(k);
+  if (imp) {
+    if (imp->refs == UINT32_MAX) {
+      pthread_mutex_unlock(&g.lock);
+      return aipc__fail(ACL_ERROR_INVALID_PARAM, CALL ": key imported too many times");
+    }
+    imp->refs++;
+    *devPtr = imp->ptr;
+    pthread_mutex_unlock(&g.lock);
+    return ACL_SUCCESS;
+  }
+  aipc__cconn *c = conn_get(k->pid, k->nonce);
+  pthread_mutex_unlock(&g.lock);
+  if (!c) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
+
+  pthread_mutex_lock(&c->mu);
+  mapped m;
+  aclError rc = import_remote(c, k, flags, &m);
+  pthread_mutex_unlock(&c->mu);
+
+  bool give_back = false, unmap = false;
+  pthread_mutex_lock(&g.lock);
+  if (rc == ACL_SUCCESS) {
+    imp = aipc__import_lookup(k);
+    if (imp) {
+      /* Another thread imported the same key meanwhile: share its mapping. */
+      imp->refs++;
+      if (imp->conn_gen == m.gen) {
+        imp->wire_refs++;
+      } else { /* its references died with an older connection; ours is the live one */
+        imp->conn_gen = m.gen;
+        imp->wire_refs = 1;
+      }
+      *devPtr = imp->ptr;
+      unmap = true;
+    } else if (!(imp = calloc(1, sizeof *imp))) {
+      rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
+    } else {
+      imp->nonce = k->nonce;
+      imp->export_id = k->export_id;
+      imp->pid = k->pid;
+      memcpy(imp->secret, k->secret, AIPC_SECRET_LEN);
+      imp->ptr = m.ptr;
+      imp->size = m.size;
+      imp->device = m.device;
+      imp->attr = m.attr;
+      imp->refs = 1;
+      imp->wire_refs = 1;
+      imp->conn_gen = m.gen;
+      imp->conn = c;
+      aipc__mem_wrlock();
+      imp->block = aipc__mem_add_import(m.ptr, m.size, m.device, imp);
+      aipc__mem_unlock();
+      if (!imp->block || aipc__hmap_put(&g.imports, ikey(k->nonce, k->export_id), imp) != 0) {
+        if (imp->block) {
+          aipc__mem_wrlock();
+          aipc__mem_remove_import(imp->block);
+          aipc__mem_unlock();
+        }
+        free(imp);
+        rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory for the import's bookkeeping");
+      } else {
+        c->imports++;
+        *devPtr = m.ptr;
+      }
+    }
+    if (rc != ACL_SUCCESS) {
+      unmap = true;
+      give_back = true;
+    }
+  }
+  if (!give_back) conn_put(c);
+  pthread_mutex_unlock(&g.lock);
+  if (unmap) munmap(m.ptr, m.size);
+  if (give_back) {
+    pthread_mutex_lock(&c->mu);
+    if (c->gen == m.gen) send_release(c, k->export_id, 1);
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&g.lock);
+    conn_put(c);
+    pthread_mutex_unlock(&g.lock);
+  }
+  return rc;
+}
+
+aclError aipc__client_close(aipc__import *imp) {
+  if (--imp->refs > 0) {
+    pthread_mutex_unlock(&g.lock);
+    return ACL_SUCCESS;
+  }
+  aipc__hmap_remove(&g.imports, ikey(imp->nonce, imp->export_id));
+  aipc__mem_wrlock();
+  aipc__mem_remove_import(imp->block);
+  aipc__mem_unlock();
+  aipc__cconn *c = imp->conn;
+  c->imports--;
+  c->users++;
+  pthread_mutex_unlock(&g.lock);
+
+  munmap(imp->ptr, imp->size);
+  pthread_mutex_lock(&c->mu);
+  /* One-way: the RELEASE is in the exporter's socket queue when send
+   * returns, and an exporter's close processes its queue before deciding. */
+  if (c->gen == imp->conn_gen) send_release(c, imp->export_id, imp->wire_refs);
+  pthread_mutex_unlock(&c->mu);
+
+  pthread_mutex_lock(&g.lock);
+  conn_put(c);
+  pthread_mutex_unlock(&g.lock);
+  memset(imp->secret, 0, sizeof imp->secret);
+  free(imp);
+  return ACL_SUCCESS;
+}
+
+/* ---- finalize, fork ------------------------------------------------------------- */
+
+static void free_all(bool unmap) {
+  aipc__hkey k;
+  void *v;
+  for (size_t i = 0; aipc__hmap_next(&g.imports, &i, &k, &v);) {
+    aipc__import *imp = v;
+    if (unmap) {
+      aipc__mem_wrlock();
+      aipc__mem_remove_import(imp->block);
+      aipc__mem_unlock();
+      munmap(imp->ptr, imp->size);
+    }
+    free(imp);
+  }
+  aipc__hmap_clear(&g.imports);
+  for (size_t i = 0; aipc__hmap_next(&g.cconns, &i, &k, &v);) {
+    aipc__cconn *c = v;
+    if (unmap) {
+      conn_free(c);
+    } else {
+      /* A forked child: the mutex may have been held by a parent thread. */
+      c->users = 0;
+      conn_drop(c);
+      free(c);
+    }
+  }
+  aipc__hmap_clear(&g.cconns);
+  g.idle_cconns = 0;
+}
+
+void aipc__client_clear(void) { free_all(true); }
+
+void aipc__client_child_reset(void) {
+  /* The parent's mappings stay mapped in the child, untracked (emu.h). */
+  free_all(false);
+}

@@ -1,0 +1,155 @@
+/* IPC keys: formatting, strict parsing, secrets. See ipc_key.h. */
+#include "emu/ipc_key.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "core/error.h"
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/* Value of a base64url character, or -1. */
+static int b64_value(unsigned char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '-') return 62;
+  if (c == '_') return 63;
+  return -1;
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+static uint64_t get64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+void aipc__key_format(const aipc__key *k, char out[AIPC_KEY_CHARS + 1]) {
+  uint8_t r[AIPC_KEY_RECORD_LEN];
+  put32(r, k->pid);
+  put32(r + 4, k->sdid);
+  put64(r + 8, k->nonce);
+  put64(r + 16, k->export_id);
+  memcpy(r + 24, k->secret, AIPC_SECRET_LEN);
+  memcpy(out, AIPC_KEY_PREFIX, AIPC_KEY_PREFIX_LEN);
+  char *o = out + AIPC_KEY_PREFIX_LEN;
+  size_t i = 0;
+  for (; i + 3 <= AIPC_KEY_RECORD_LEN; i += 3) {
+    uint32_t v = (uint32_t)r[i] << 16 | (uint32_t)r[i + 1] << 8 | r[i + 2];
+    *o++ = b64[(v >> 18) & 63];
+    *o++ = b64[(v >> 12) & 63];
+    *o++ = b64[(v >> 6) & 63];
+    *o++ = b64[v & 63];
+  }
+  /* 40 = 13 * 3 + 1: one byte left, two characters, the last with 4 zero bits */
+  *o++ = b64[r[i] >> 2];
+  *o++ = b64[(r[i] & 3) << 4];
+  *o = '\0';
+}
+
+aclError aipc__key_parse(const char *call, const char *key, aipc__key *out) {
+  if (!key) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is NULL", call);
+  size_t n = strnlen(key, ACL_IPC_MEM_KEY_LEN);
+  if (n == ACL_IPC_MEM_KEY_LEN)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                      "%s: key is not a NUL-terminated string of at most %d characters", call,
+                      ACL_IPC_MEM_KEY_LEN - 1);
+  if (n == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is an empty string", call);
+  if (n < AIPC_KEY_PREFIX_LEN || memcmp(key, AIPC_KEY_PREFIX, AIPC_KEY_PREFIX_LEN) != 0)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                      "%s: key does not start with \"%s\": not a key of aclrtIpcMemGetExportKey "
+                      "(or of an incompatible version)",
+                      call, AIPC_KEY_PREFIX);
+  if (n != AIPC_KEY_CHARS)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                      "%s: key has %zu characters, a key has exactly %d (truncated or damaged?)", call, n,
+                      AIPC_KEY_CHARS);
+  const unsigned char *s = (const unsigned char *)key + AIPC_KEY_PREFIX_LEN;
+  uint8_t r[AIPC_KEY_RECORD_LEN];
+  size_t j = 0;
+  int v[4];
+  for (size_t i = 0; i < AIPC_KEY_CHARS - AIPC_KEY_PREFIX_LEN; i++) {
+    if (b64_value(s[i]) < 0)
+      return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key has an invalid character at position %zu", call,
+                        i + AIPC_KEY_PREFIX_LEN);
+  }
+  for (size_t i = 0; i + 4 <= 52; i += 4) {
+    for (int q = 0; q < 4; q++) v[q] = b64_value(s[i + q]);
+    uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+    r[j++] = (uint8_t)(w >> 16);
+    r[j++] = (uint8_t)(w >> 8);
+    r[j++] = (uint8_t)w;
+  }
+  v[0] = b64_value(s[52]);
+  v[1] = b64_value(s[53]);
+  if (v[1] & 15)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is not canonically encoded (last character)", call);
+  r[j] = (uint8_t)(v[0] << 2 | v[1] >> 4);
+
+  aipc__key k;
+  k.pid = get32(r);
+  k.sdid = get32(r + 4);
+  k.nonce = get64(r + 8);
+  k.export_id = get64(r + 16);
+  memcpy(k.secret, r + 24, AIPC_SECRET_LEN);
+  if (k.pid == 0 || k.pid > INT32_MAX)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key names process %u, which cannot exist (forged or damaged key)",
+                      call, k.pid);
+  if (k.nonce == 0 || k.export_id == 0)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key has a zero nonce or export id (forged or damaged key)", call);
+  *out = k;
+  return ACL_SUCCESS;
+}
+
+int aipc__secret_equal(const uint8_t *a, const uint8_t *b) {
+  volatile uint8_t d = 0;
+  for (size_t i = 0; i < AIPC_SECRET_LEN; i++) d |= (uint8_t)(a[i] ^ b[i]);
+  return d == 0;
+}
+
+/* 16 secrets' worth: one getrandom call serves 16 exports. */
+static uint8_t pool[256];
+static size_t pool_left;
+
+static int fill(uint8_t *p, size_t n) {
+  while (n > 0) {
+    ssize_t r = getrandom(p, n, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+int aipc__random(void *buf, size_t n) {
+  if (n > sizeof pool) return fill(buf, n);
+  if (pool_left < n) {
+    if (fill(pool, sizeof pool) != 0) return -1;
+    pool_left = sizeof pool;
+  }
+  uint8_t *src = pool + sizeof pool - pool_left;
+  memcpy(buf, src, n);
+  memset(src, 0, n); /* a handed-out byte never stays behind */
+  pool_left -= n;
+  return 0;
+}
+
+void aipc__random_reset(void) {
+  memset(pool, 0, sizeof pool);
+  pool_left = 0;
+}

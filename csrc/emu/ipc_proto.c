@@ -1,0 +1,192 @@
+/* The wire protocol: encode, decode, validate. See ipc_proto.h. */
+#include "emu/ipc_proto.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "emu/emu.h"
+
+static void put16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+static void put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t get32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+static uint64_t get64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+static size_t body_len(uint16_t type, uint32_t text_len) {
+  switch (type) {
+    case AIPC_MSG_IMPORT: return 32;
+    case AIPC_MSG_IMPORT_REPLY: return 40 + (size_t)text_len;
+    case AIPC_MSG_RELEASE: return 16;
+    case AIPC_MSG_ERROR: return 8 + (size_t)text_len;
+  }
+  return 0;
+}
+
+size_t aipc__proto_encode(aipc__msg *m, uint8_t buf[AIPC_PROTO_MAX]) {
+  m->version = AIPC_PROTO_VERSION;
+  if (m->type != AIPC_MSG_IMPORT_REPLY && m->type != AIPC_MSG_ERROR) m->text_len = 0;
+  if (m->text_len > AIPC_PROTO_TEXT_MAX) m->text_len = AIPC_PROTO_TEXT_MAX;
+  size_t len = AIPC_PROTO_HEADER + body_len(m->type, m->text_len);
+  put32(buf, AIPC_PROTO_MAGIC);
+  put16(buf + 4, m->version);
+  put16(buf + 6, m->type);
+  put32(buf + 8, (uint32_t)len);
+  put32(buf + 12, 0);
+  put64(buf + 16, m->req);
+  uint8_t *b = buf + AIPC_PROTO_HEADER;
+  switch (m->type) {
+    case AIPC_MSG_IMPORT:
+      put64(b, m->export_id);
+      memcpy(b + 8, m->secret, AIPC_SECRET_LEN);
+      put32(b + 24, m->flags);
+      put32(b + 28, m->sdid);
+      break;
+    case AIPC_MSG_IMPORT_REPLY:
+      put32(b, (uint32_t)m->status);
+      put32(b + 4, m->flags);
+      put32(b + 8, (uint32_t)m->device);
+      put32(b + 12, m->attr);
+      put64(b + 16, m->offset);
+      put64(b + 24, m->size);
+      put32(b + 32, m->text_len);
+      put32(b + 36, 0);
+      memcpy(b + 40, m->text, m->text_len);
+      break;
+    case AIPC_MSG_RELEASE:
+      put64(b, m->export_id);
+      put32(b + 8, m->count);
+      put32(b + 12, 0);
+      break;
+    case AIPC_MSG_ERROR:
+      put32(b, (uint32_t)m->status);
+      put32(b + 4, m->text_len);
+      memcpy(b + 8, m->text, m->text_len);
+      break;
+  }
+  return len;
+}
+
+static int known_error(aclError code) {
+  return code != ACL_SUCCESS && strcmp(aipc__error_name(code), "ACL_ERROR_UNKNOWN") != 0;
+}
+
+static int printable(const uint8_t *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (s[i] < 0x20 || s[i] > 0x7e) return 0;
+  return 1;
+}
+
+#define BAD(reason)   \
+  do {                \
+    *why = (reason);  \
+    return AIPC_DECODE_MALFORMED; \
+  } while (0)
+
+aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg *m, const char **why) {
+  *why = NULL;
+  if (len < AIPC_PROTO_HEADER) BAD("shorter than a header");
+  if (len > AIPC_PROTO_MAX) BAD("longer than any message");
+  if (get32(buf) != AIPC_PROTO_MAGIC) BAD("bad magic");
+  memset(m, 0, offsetof(aipc__msg, text) + 1);
+  m->version = get16(buf + 4);
+  m->type = get16(buf + 6);
+  uint32_t length = get32(buf + 8);
+  m->req = get64(buf + 16);
+  if (length != len) BAD("length field differs from the packet size");
+  if (m->version != AIPC_PROTO_VERSION) {
+    *why = "unsupported protocol version";
+    return AIPC_DECODE_VERSION;
+  }
+  if (get32(buf + 12) != 0) BAD("reserved header field is not 0");
+  const uint8_t *b = buf + AIPC_PROTO_HEADER;
+  size_t blen = len - AIPC_PROTO_HEADER;
+  switch (m->type) {
+    case AIPC_MSG_IMPORT:
+      if (blen != 32) BAD("IMPORT has the wrong length");
+      m->export_id = get64(b);
+      memcpy(m->secret, b + 8, AIPC_SECRET_LEN);
+      m->flags = get32(b + 24);
+      m->sdid = get32(b + 28);
+      if (m->export_id == 0) BAD("IMPORT of export id 0");
+      if (m->flags > ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS) BAD("IMPORT with unknown flags");
+      return AIPC_DECODE_OK;
+    case AIPC_MSG_IMPORT_REPLY:
+      if (blen < 40) BAD("IMPORT_REPLY is too short");
+      m->status = (aclError)get32(b);
+      m->flags = get32(b + 4);
+      m->device = (int32_t)get32(b + 8);
+      m->attr = get32(b + 12);
+      m->offset = get64(b + 16);
+      m->size = get64(b + 24);
+      m->text_len = get32(b + 32);
+      if (get32(b + 36) != 0) BAD("reserved IMPORT_REPLY field is not 0");
+      if (m->text_len > AIPC_PROTO_TEXT_MAX || blen != 40 + (size_t)m->text_len)
+        BAD("IMPORT_REPLY text length is wrong");
+      if (!printable(b + 40, m->text_len)) BAD("IMPORT_REPLY text is not printable");
+      memcpy(m->text, b + 40, m->text_len);
+      m->text[m->text_len] = '\0';
+      if (m->status == ACL_SUCCESS) {
+        if (m->flags & ~AIPC_REPLY_FD) BAD("IMPORT_REPLY with unknown flags");
+        if (m->device < 0 || m->device > AIPC_PROTO_MAX_DEVICE) BAD("IMPORT_REPLY device out of range");
+        if (m->attr > ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS) BAD("IMPORT_REPLY attribute out of range");
+        if (m->size == 0 || m->size > AIPC_PROTO_MAX_SIZE || m->offset > AIPC_PROTO_MAX_SIZE * 4)
+          BAD("IMPORT_REPLY size or offset out of range");
+        if (!AIPC_IS_PAGE_ALIGNED(m->size) || !AIPC_IS_PAGE_ALIGNED(m->offset))
+          BAD("IMPORT_REPLY size or offset not page-aligned");
+        if (m->text_len != 0) BAD("successful IMPORT_REPLY carries text");
+      } else {
+        if (!known_error(m->status)) BAD("IMPORT_REPLY with an unknown status");
+        if (m->flags || m->device || m->attr || m->offset || m->size)
+          BAD("failed IMPORT_REPLY carries a mapping");
+      }
+      return AIPC_DECODE_OK;
+    case AIPC_MSG_RELEASE:
+      if (blen != 16) BAD("RELEASE has the wrong length");
+      m->export_id = get64(b);
+      m->count = get32(b + 8);
+      if (get32(b + 12) != 0) BAD("reserved RELEASE field is not 0");
+      if (m->export_id == 0 || m->count == 0) BAD("RELEASE of export id 0 or of 0 references");
+      return AIPC_DECODE_OK;
+    case AIPC_MSG_ERROR:
+      if (blen < 8) BAD("ERROR is too short");
+      m->status = (aclError)get32(b);
+      m->text_len = get32(b + 4);
+      if (m->text_len > AIPC_PROTO_TEXT_MAX || blen != 8 + (size_t)m->text_len) BAD("ERROR text length is wrong");
+      if (!printable(b + 8, m->text_len)) BAD("ERROR text is not printable");
+      if (!known_error(m->status)) BAD("ERROR with an unknown status");
+      memcpy(m->text, b + 8, m->text_len);
+      m->text[m->text_len] = '\0';
+      return AIPC_DECODE_OK;
+  }
+  BAD("unknown message type");
+}
+
+void aipc__proto_set_text(aipc__msg *m, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(m->text, sizeof m->text, fmt, ap);
+  va_end(ap);
+  if (n < 0) n = 0;
+  if ((size_t)n > AIPC_PROTO_TEXT_MAX) n = AIPC_PROTO_TEXT_MAX;
+  for (int i = 0; i < n; i++)
+    if ((unsigned char)m->text[i] < 0x20 || (unsigned char)m->text[i] > 0x7e) m->text[i] = '?';
+  m->text_len = (uint32_t)n;
+}

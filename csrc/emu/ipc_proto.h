@@ -1,0 +1,90 @@
+/*
+ * The wire protocol between an importer and an exporter: small binary
+ * messages on a SOCK_SEQPACKET connection (one message per packet), all
+ * integers little-endian.
+ *
+ * header, 24 bytes:
+ *   u32 magic     AIPC_PROTO_MAGIC
+ *   u16 version   AIPC_PROTO_VERSION
+ *   u16 type      AIPC_MSG_*
+ *   u32 length    whole message in bytes (must equal the packet size)
+ *   u32 reserved  0
+ *   u64 req       request id, chosen by the importer, echoed in the reply
+ *
+ * IMPORT         importer -> exporter, body 32: u64 export_id, u8 secret[16],
+ *                u32 flags (import flags, <= 1), u32 sdid (importer's)
+ * IMPORT_REPLY   exporter -> importer, body 40 + text_len: i32 status,
+ *                u32 flags (bit 0: the device's arena fd is attached),
+ *                i32 device, u32 attr, u64 offset, u64 size, u32 text_len,
+ *                u32 reserved, char text[text_len] (printable ASCII, no NUL)
+ * RELEASE        importer -> exporter, body 16: u64 export_id, u32 count,
+ *                u32 reserved. One-way: no reply (see docs/design-ipc.md).
+ * ERROR          exporter -> importer, body 8 + text_len: i32 status,
+ *                u32 text_len, text; sent before the exporter closes a
+ *                connection it cannot serve (unsupported protocol version).
+ *
+ * Decoding checks every field: exact lengths, enums and flags in range,
+ * reserved fields zero, sizes page-aligned and sane, text printable.
+ */
+#ifndef ASCEND_IPC_EMU_IPC_PROTO_H_
+#define ASCEND_IPC_EMU_IPC_PROTO_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "acl/acl.h"
+#include "emu/ipc_key.h"
+
+#define AIPC_PROTO_MAGIC 0x43504941u /* "AIPC" */
+#define AIPC_PROTO_VERSION 1
+#define AIPC_PROTO_HEADER 24
+#define AIPC_PROTO_TEXT_MAX 255
+#define AIPC_PROTO_MAX 512 /* receive buffers: any larger packet is malformed */
+
+enum {
+  AIPC_MSG_IMPORT = 1,
+  AIPC_MSG_IMPORT_REPLY = 2,
+  AIPC_MSG_RELEASE = 3,
+  AIPC_MSG_ERROR = 4,
+};
+
+#define AIPC_REPLY_FD 1u /* IMPORT_REPLY flags: an fd rides along */
+#define AIPC_PROTO_MAX_SIZE ((uint64_t)1 << 47)
+#define AIPC_PROTO_MAX_DEVICE 65535
+
+typedef struct aipc__msg {
+  uint16_t version;
+  uint16_t type;
+  uint64_t req;
+  /* IMPORT, RELEASE */
+  uint64_t export_id;
+  uint8_t secret[AIPC_SECRET_LEN]; /* IMPORT */
+  uint32_t flags;                  /* IMPORT: import flags; IMPORT_REPLY: AIPC_REPLY_* */
+  uint32_t sdid;                   /* IMPORT */
+  uint32_t count;                  /* RELEASE */
+  /* IMPORT_REPLY, ERROR */
+  aclError status;
+  int32_t device;
+  uint32_t attr;
+  uint64_t offset, size;
+  uint32_t text_len;
+  char text[AIPC_PROTO_TEXT_MAX + 1]; /* NUL-terminated after decode */
+} aipc__msg;
+
+/* Encodes m (version and text_len filled in here) into buf. Returns the length. */
+size_t aipc__proto_encode(aipc__msg *m, uint8_t buf[AIPC_PROTO_MAX]);
+
+typedef enum aipc__decode_result {
+  AIPC_DECODE_OK = 0,
+  AIPC_DECODE_MALFORMED = -1, /* *why says which rule failed */
+  AIPC_DECODE_VERSION = -2,   /* well-formed header of another protocol version */
+} aipc__decode_result;
+
+/* Decodes and validates the packet buf[0..len). */
+aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg *m, const char **why);
+
+/* Sets m's text (truncated to AIPC_PROTO_TEXT_MAX, non-printables replaced). */
+void aipc__proto_set_text(aipc__msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

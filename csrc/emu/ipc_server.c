@@ -1,0 +1,553 @@
+/*
+ * Exporter side: the export table, and the server thread that answers
+ * importers on this process's abstract Unix socket.
+ *
+ * Every socket operation of the server happens under g.lock and never
+ * blocks (MSG_DONTWAIT): the thread waits in epoll_wait with the lock
+ * released, then takes it and serves what is ready. Because receiving is
+ * done under the lock, an exporter's aclrtIpcMemClose can process what an
+ * importer already sent (its RELEASE, its EOF) before it decides, in order
+ * and without racing the thread (aipc__export_drain).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "emu/ipc_internal.h"
+
+#define g aipc__g
+
+static char listen_tag, wake_tag; /* epoll data of the two non-connection fds */
+static const uint8_t dummy_secret[AIPC_SECRET_LEN];
+
+#define LISTEN_BACKLOG 4096
+#define SERVICE_BATCH 16        /* messages per connection per wake-up (fairness) */
+#define DRAIN_MAX 4096          /* messages per connection when a close drains it */
+
+static aipc__hkey ekey(uint64_t id) { return (aipc__hkey){id, 0}; }
+static aipc__hkey rkey(uint64_t id, uint64_t serial) { return (aipc__hkey){id, serial}; }
+
+/* ---- exports --------------------------------------------------------------- */
+
+aipc__export *aipc__export_lookup(const aipc__key *k) {
+  aipc__export *e = aipc__hmap_get(&g.exports, ekey(k->export_id));
+  int ok = aipc__secret_equal(e ? e->secret : dummy_secret, k->secret);
+  return e && ok ? e : NULL;
+}
+
+static void export_free(aipc__export *e) {
+  aipc__hmap_clear(&e->whitelist);
+  free(e->remote);
+  memset(e->secret, 0, sizeof e->secret);
+  free(e);
+}
+
+void aipc__export_maybe_finish(aipc__export *e) {
+  if (!e->closed || e->refs_total != 0) return;
+  aipc__hmap_remove(&g.exports, ekey(e->id));
+  aipc__mem_wrlock();
+  aipc__mem_unpin(e->block);
+  aipc__mem_unlock();
+  export_free(e);
+}
+
+static void ref_free(aipc__ref *r) {
+  if (r->eprev) r->eprev->enext = r->enext; else r->exp->refs = r->enext;
+  if (r->enext) r->enext->eprev = r->eprev;
+  if (r->cprev) r->cprev->cnext = r->cnext; else r->conn->refs = r->cnext;
+  if (r->cnext) r->cnext->cprev = r->cprev;
+  aipc__hmap_remove(&g.refs, rkey(r->exp->id, r->conn->serial));
+  free(r);
+}
+
+void aipc__export_importers(aipc__export *e, char *buf, size_t cap) {
+  size_t n = 0, shown = 0;
+  buf[0] = '\0';
+  for (aipc__ref *r = e->refs; r; r = r->enext) {
+    if (shown < 8) {
+      int w = snprintf(buf + n, cap - n, "%s%d", shown ? ", " : "", (int)r->conn->pid);
+      if (w > 0 && (size_t)w < cap - n) n += (size_t)w;
+      shown++;
+    } else if (shown == 8) {
+      int w = snprintf(buf + n, cap - n, ", ...");
+      if (w > 0 && (size_t)w < cap - n) n += (size_t)w;
+      shown++;
+    }
+  }
+  if (e->self_refs && n + 16 < cap) snprintf(buf + n, cap - n, "%s%d", n ? ", " : "", (int)g.pid);
+}
+
+/* ---- connections ------------------------------------------------------------ */
+
+static void conn_kill(aipc__sconn *c) {
+  if (c->dead) return;
+  c->dead = true;
+  while (c->refs) {
+    aipc__ref *r = c->refs;
+    aipc__export *e = r->exp;
+    e->refs_total -= r->count;
+    ref_free(r);
+    aipc__export_maybe_finish(e);
+  }
+  if (c->fd >= 0) {
+    epoll_ctl(g.epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    c->fd = -1;
+  }
+  if (c->prev) c->prev->next = c->next; else g.sconns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->prev = NULL;
+  c->next = g.zombies;
+  g.zombies = c;
+}
+
+static void free_zombies(void) {
+  while (g.zombies) {
+    aipc__sconn *c = g.zombies;
+    g.zombies = c->next;
+    free(c->fd_sent);
+    free(c);
+  }
+}
+
+static int conn_send(aipc__sconn *c, aipc__msg *m, int fd) {
+  uint8_t buf[AIPC_PROTO_MAX];
+  size_t len = aipc__proto_encode(m, buf);
+  struct iovec iov = {buf, len};
+  struct msghdr mh;
+  memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  union {
+    char b[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+  if (fd >= 0) {
+    memset(&ctl, 0, sizeof ctl);
+    mh.msg_control = ctl.b;
+    mh.msg_controllen = sizeof ctl.b;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+  }
+  for (;;) {
+    /* Never blocks: an importer that does not read its replies is dropped. */
+    ssize_t r = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (r < 0 && errno == EINTR) continue;
+    return r == (ssize_t)len ? 0 : -1;
+  }
+}
+
+static bool whitelisted(aipc__export *e, pid_t pid) {
+  if (e->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) return true;
+  if (pid == g.pid) return true;
+  return aipc__hmap_get(&e->whitelist, (aipc__hkey){(uint64_t)(uint32_t)pid, 0}) != NULL;
+}
+
+static int fd_sent_mark(aipc__sconn *c, int32_t device) {
+  if ((size_t)device >= c->n_fd_sent) {
+    size_t n = (size_t)device + 1;
+    uint8_t *v = realloc(c->fd_sent, n);
+    if (!v) return -1;
+    memset(v + c->n_fd_sent, 0, n - c->n_fd_sent);
+    c->fd_sent = v;
+    c->n_fd_sent = n;
+  }
+  c->fd_sent[device] = 1;
+  return 0;
+}
+
+static void handle_import(aipc__sconn *c, const aipc__msg *q) {
+  aipc__msg a;
+  memset(&a, 0, offsetof(aipc__msg, text) + 1);
+  a.type = AIPC_MSG_IMPORT_REPLY;
+  a.req = q->req;
+  aipc__export *e = aipc__hmap_get(&g.exports, ekey(q->export_id));
+  int secret_ok = aipc__secret_equal(e ? e->secret : dummy_secret, q->secret);
+  int fd = -1;
+  if (c->uid != g.euid) {
+    a.status = ACL_ERROR_RT_NO_PERMISSION;
+    aipc__proto_set_text(&a,
+                         "process %d runs as uid %u but the exporter (process %d) runs as uid %u: "
+                         "IPC memory is shared only between processes of the same user",
+                         (int)c->pid, (unsigned)c->uid, (int)g.pid, (unsigned)g.euid);
+  } else if (!e || !secret_ok) {
+    a.status = ACL_ERROR_RT_IPC_ERROR;
+    aipc__proto_set_text(&a, "key not exported by process %d (closed, never issued, or forged)", (int)g.pid);
+  } else if (e->closed) {
+    a.status = ACL_ERROR_RT_IPC_ERROR;
+    aipc__proto_set_text(&a, "key was closed by its exporter (process %d): no new imports", (int)g.pid);
+  } else if (q->sdid != aipc__config_get()->sdid) {
+    a.status = ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+    aipc__proto_set_text(&a, "importer is on server %u, the exporter on server %u: cross-server import needs the "
+                         "super-node fabric; the emulator has none",
+                         q->sdid, aipc__config_get()->sdid);
+  } else if (!whitelisted(e, c->pid)) {
+    a.status = ACL_ERROR_RT_NO_PERMISSION;
+    aipc__proto_set_text(&a,
+                         "process %d is not on the whitelist of this key: the exporter (process %d) must pass "
+                         "it to aclrtIpcMemSetImportPid, or export with "
+                         "ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION",
+                         (int)c->pid, (int)g.pid);
+  } else {
+    aipc__mem_rdlock();
+    bool freed = e->block->user_freed;
+    int arena = -1;
+    bool need_fd = (size_t)e->device >= c->n_fd_sent || !c->fd_sent[e->device];
+    if (need_fd) arena = aipc__mem_arena_fd(e->device);
+    aipc__mem_unlock();
+    aipc__ref *r = aipc__hmap_get(&g.refs, rkey(e->id, c->serial));
+    if (freed) {
+      a.status = ACL_ERROR_RT_IPC_ERROR;
+      aipc__proto_set_text(&a, "the memory of this key was freed by its exporter (process %d)", (int)g.pid);
+    } else if (need_fd && arena < 0) {
+      a.status = ACL_ERROR_RT_INTERNAL_ERROR;
+      aipc__proto_set_text(&a, "exporter (process %d) has no memory on device %d", (int)g.pid, (int)e->device);
+    } else if (r && r->count == UINT32_MAX) {
+      a.status = ACL_ERROR_RT_INTERNAL_ERROR;
+      aipc__proto_set_text(&a, "too many references from process %d", (int)c->pid);
+    } else if (!r && (!(r = calloc(1, sizeof *r)) || aipc__hmap_put(&g.refs, rkey(e->id, c->serial), r) != 0)) {
+      free(r);
+      r = NULL;
+      a.status = ACL_ERROR_RT_INTERNAL_ERROR;
+      aipc__proto_set_text(&a, "exporter (process %d) is out of memory", (int)g.pid);
+    } else {
+      if (r->count == 0) {
+        r->exp = e;
+        r->conn = c;
+        r->enext = e->refs;
+        if (e->refs) e->refs->eprev = r;
+        e->refs = r;
+        r->cnext = c->refs;
+        if (c->refs) c->refs->cprev = r;
+        c->refs = r;
+      }
+      r->count++;
+      e->refs_total++;
+      e->imported = true;
+      a.status = ACL_SUCCESS;
+      a.device = e->device;
+      a.attr = e->attr;
+      a.offset = e->offset;
+      a.size = e->size;
+      if (need_fd) {
+        a.flags = AIPC_REPLY_FD;
+        fd = arena;
+      }
+    }
+  }
+  if (conn_send(c, &a, fd) != 0 || (fd >= 0 && fd_sent_mark(c, a.device) != 0)) {
+    conn_kill(c); /* drops the reference just counted too */
+  }
+}
+
+static void handle_release(aipc__sconn *c, const aipc__msg *q) {
+  aipc__ref *r = aipc__hmap_get(&g.refs, rkey(q->export_id, c->serial));
+  if (!r || q->count > r->count) {
+    conn_kill(c); /* releasing what it does not hold: a broken or hostile peer */
+    return;
+  }
+  aipc__export *e = r->exp;
+  r->count -= q->count;
+  e->refs_total -= q->count;
+  if (r->count == 0) ref_free(r);
+  aipc__export_maybe_finish(e);
+}
+
+static void send_version_error(aipc__sconn *c, const aipc__msg *q) {
+  aipc__msg a;
+  memset(&a, 0, offsetof(aipc__msg, text) + 1);
+  a.type = AIPC_MSG_ERROR;
+  a.req = q->req;
+  a.status = ACL_ERROR_RT_IPC_ERROR;
+  aipc__proto_set_text(&a, "exporter (process %d) speaks IPC protocol version %d, not %u", (int)g.pid,
+                       AIPC_PROTO_VERSION, (unsigned)q->version);
+  (void)conn_send(c, &a, -1);
+}
+
+/* Closes every descriptor that rode along; returns how many control messages came. */
+static int discard_control(struct msghdr *mh) {
+  int n = 0;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+    n++;
+    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+      size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < k; i++) {
+        int fd;
+        memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+        close(fd);
+      }
+    }
+  }
+  return n;
+}
+
+/* Serves up to max messages queued on c. g.lock held. */
+static void conn_service(aipc__sconn *c, int max) {
+  for (int i = 0; i < max && !c->dead; i++) {
+    uint8_t buf[AIPC_PROTO_MAX];
+    union {
+      char b[CMSG_SPACE(sizeof(int) * 8)];
+      struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {buf, sizeof buf};
+    struct msghdr mh;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.b;
+    mh.msg_controllen = sizeof ctl.b;
+    ssize_t r = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (r < 0) {
+      if (errno == EINTR) {
+        i--;
+        continue;
+      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK) conn_kill(c);
+      return;
+    }
+    int ncontrol = discard_control(&mh);
+    if (r == 0 || ncontrol || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+      conn_kill(c); /* EOF (the importer is gone), or a packet no importer sends */
+      return;
+    }
+    aipc__msg m;
+    const char *why;
+    aipc__decode_result d = aipc__proto_decode(buf, (size_t)r, &m, &why);
+    if (d == AIPC_DECODE_VERSION) {
+      send_version_error(c, &m);
+      conn_kill(c);
+      return;
+    }
+    if (d != AIPC_DECODE_OK) {
+      conn_kill(c);
+      return;
+    }
+    if (m.type == AIPC_MSG_IMPORT)
+      handle_import(c, &m);
+    else if (m.type == AIPC_MSG_RELEASE)
+      handle_release(c, &m);
+    else
+      conn_kill(c); /* a reply type sent to the exporter */
+  }
+}
+
+void aipc__export_drain(aipc__export *e) {
+  size_t n = 0;
+  for (aipc__ref *r = e->refs; r; r = r->enext) n++;
+  if (n == 0) return;
+  aipc__sconn *one, **v = n == 1 ? &one : malloc(n * sizeof *v);
+  if (!v) return;
+  size_t i = 0;
+  for (aipc__ref *r = e->refs; r; r = r->enext) v[i++] = r->conn;
+  /* The connections stay allocated until the server thread frees zombies,
+   * which it cannot do while we hold g.lock. */
+  for (i = 0; i < n; i++)
+    if (!v[i]->dead) conn_service(v[i], DRAIN_MAX);
+  if (v != &one) free(v);
+}
+
+static void accept_all(void) {
+  for (int i = 0; i < 64; i++) {
+    int fd = accept4(g.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* Out of descriptors: stop listening for a while instead of spinning. */
+        epoll_ctl(g.epoll_fd, EPOLL_CTL_DEL, g.listen_fd, NULL);
+        g.listen_paused = true;
+      }
+      return;
+    }
+    struct ucred cr;
+    socklen_t cl = sizeof cr;
+    aipc__sconn *c = NULL;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || !(c = calloc(1, sizeof *c))) {
+      close(fd);
+      continue;
+    }
+    c->fd = fd;
+    c->serial = ++g.next_serial;
+    c->pid = cr.pid;
+    c->uid = cr.uid;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    if (epoll_ctl(g.epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      close(fd);
+      free(c);
+      continue;
+    }
+    c->next = g.sconns;
+    if (g.sconns) g.sconns->prev = c;
+    g.sconns = c;
+  }
+}
+
+static void resume_listen(void) {
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &listen_tag};
+  if (epoll_ctl(g.epoll_fd, EPOLL_CTL_ADD, g.listen_fd, &ev) == 0) g.listen_paused = false;
+}
+
+static void *server_main(void *arg) {
+  (void)arg;
+  struct epoll_event evs[64];
+  for (;;) {
+    /* listen_paused is written only by this thread while it runs. */
+    int n = epoll_wait(g.epoll_fd, evs, 64, g.listen_paused ? 50 : -1);
+    pthread_mutex_lock(&g.lock);
+    if (g.stop) {
+      pthread_mutex_unlock(&g.lock);
+      break;
+    }
+    if (g.listen_paused) resume_listen();
+    for (int i = 0; i < n; i++) {
+      void *tag = evs[i].data.ptr;
+      if (tag == &listen_tag) {
+        accept_all();
+      } else if (tag == &wake_tag) {
+        uint64_t v;
+        ssize_t rr = read(g.wake_fd, &v, sizeof v);
+        (void)rr;
+      } else {
+        aipc__sconn *c = tag;
+        if (!c->dead) conn_service(c, SERVICE_BATCH);
+      }
+    }
+    free_zombies();
+    pthread_mutex_unlock(&g.lock);
+  }
+  return NULL;
+}
+
+/* ---- start, stop, fork ------------------------------------------------------- */
+
+static void close_fds(void) {
+  if (g.listen_fd >= 0) close(g.listen_fd);
+  if (g.epoll_fd >= 0) close(g.epoll_fd);
+  if (g.wake_fd >= 0) close(g.wake_fd);
+  g.listen_fd = g.epoll_fd = g.wake_fd = -1;
+}
+
+aclError aipc__server_start(const char *call) {
+  if (g.server_running) return ACL_SUCCESS;
+  if (aipc__ipc_identity() != 0)
+    return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: getrandom failed: %s", call, strerror(errno));
+  g.euid = geteuid();
+  g.listen_fd = g.epoll_fd = g.wake_fd = -1;
+  struct sockaddr_un sa;
+  unsigned salen = aipc__ipc_sockaddr(&sa, (uint32_t)g.pid, g.nonce);
+  const char *what = "socket";
+  g.listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (g.listen_fd < 0) goto fail;
+  what = "bind";
+  if (bind(g.listen_fd, (struct sockaddr *)&sa, salen) != 0) goto fail;
+  what = "listen";
+  if (listen(g.listen_fd, LISTEN_BACKLOG) != 0) goto fail;
+  what = "epoll_create1";
+  g.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  if (g.epoll_fd < 0) goto fail;
+  what = "eventfd";
+  g.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (g.wake_fd < 0) goto fail;
+  what = "epoll_ctl";
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &listen_tag};
+  if (epoll_ctl(g.epoll_fd, EPOLL_CTL_ADD, g.listen_fd, &ev) != 0) goto fail;
+  ev.data.ptr = &wake_tag;
+  if (epoll_ctl(g.epoll_fd, EPOLL_CTL_ADD, g.wake_fd, &ev) != 0) goto fail;
+
+  /* The thread takes no signals: they belong to the application's threads. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  g.stop = false;
+  g.listen_paused = false;
+  int rc = pthread_create(&g.thread, NULL, server_main, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    errno = rc;
+    what = "pthread_create";
+    goto fail;
+  }
+  g.server_running = true;
+  return ACL_SUCCESS;
+fail:;
+  int e = errno;
+  close_fds();
+  return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot start the IPC server of process %d: %s: %s", call,
+                    (int)g.pid, what, strerror(e));
+}
+
+void aipc__server_stop_thread(void) {
+  pthread_mutex_lock(&g.lock);
+  if (!g.server_running || g.stop) {
+    pthread_mutex_unlock(&g.lock);
+    return;
+  }
+  g.stop = true;
+  pthread_t t = g.thread;
+  uint64_t one = 1;
+  ssize_t w = write(g.wake_fd, &one, sizeof one);
+  (void)w;
+  pthread_mutex_unlock(&g.lock);
+  pthread_join(t, NULL);
+}
+
+static void free_exports(bool unpin) {
+  aipc__hkey k;
+  void *v;
+  for (size_t i = 0; aipc__hmap_next(&g.exports, &i, &k, &v);) {
+    aipc__export *e = v;
+    aipc__hmap_remove(&g.exports, k);
+    if (unpin) {
+      aipc__mem_wrlock();
+      aipc__mem_unpin(e->block);
+      aipc__mem_unlock();
+    }
+    export_free(e);
+  }
+  aipc__hmap_clear(&g.exports);
+}
+
+void aipc__server_clear(void) {
+  while (g.sconns) conn_kill(g.sconns);
+  free_zombies();
+  free_exports(true);
+  aipc__hmap_clear(&g.refs);
+  close_fds();
+  g.server_running = false;
+  g.stop = false;
+  g.listen_paused = false;
+}
+
+void aipc__server_child_reset(void) {
+  /* The parent's thread does not exist here; its records and descriptors
+   * are ours to drop. Blocks are not touched: memory.c already forgot them. */
+  while (g.sconns) {
+    aipc__sconn *c = g.sconns;
+    g.sconns = c->next;
+    while (c->refs) {
+      aipc__ref *r = c->refs;
+      c->refs = r->cnext;
+      free(r);
+    }
+    if (c->fd >= 0) close(c->fd);
+    free(c->fd_sent);
+    free(c);
+  }
+  free_zombies();
+  free_exports(false);
+  aipc__hmap_clear(&g.refs);
+  close_fds(); /* the listening socket above all: it must not keep the parent's name alive */
+  g.server_running = false;
+  g.stop = false;
+  g.listen_paused = false;
+}

@@ -1,0 +1,541 @@
+/*
+ * Device memory, host memory and the block map.
+ *
+ * Each device has one arena per process: a sparse memfd of virtual size
+ * next_pow2(2 * capacity), mapped once, created at the device's first
+ * aclrtMalloc. Blocks are carved out of it by a buddy allocator (buddy.c)
+ * whose metadata lives outside the arena, and a freed block's pages are
+ * punched out of the memfd so the memory goes back to the OS. The IPC layer
+ * shares a block by passing the arena fd and the block's offset.
+ *
+ * Every block this process knows (device, host, imported) sits in one
+ * ordered map keyed by base address, so "which block holds p" is a
+ * O(log n) lookup.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "buddy.h"
+#include "core/ordmap.h"
+#include "emu_internal.h"
+
+typedef struct mblock {
+  aipc__block pub;
+  aipc__onode node;
+} mblock;
+
+typedef struct arena {
+  uint8_t *base; /* NULL until the device's first aclrtMalloc */
+  uint64_t vsize;
+  int fd;
+  aipc__buddy buddy;
+} arena;
+
+/* Writer-preferring: long copies hold the lock shared, and a steady stream
+ * of them must not starve aclrtFree or an import. Not recursive. */
+static pthread_rwlock_t g_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+static aipc__omap g_map = AIPC__OMAP_INIT;
+static arena g_arenas[AIPC_MAX_DEVICES];
+static uint64_t g_used[AIPC_MAX_DEVICES];
+
+void aipc__mem_rdlock(void) { pthread_rwlock_rdlock(&g_lock); }
+void aipc__mem_wrlock(void) { pthread_rwlock_wrlock(&g_lock); }
+void aipc__mem_unlock(void) { pthread_rwlock_unlock(&g_lock); }
+
+static mblock *mb_of(aipc__block *b) { return (mblock *)((char *)b - offsetof(mblock, pub)); }
+static mblock *mb_of_node(aipc__onode *n) { return (mblock *)((char *)n - offsetof(mblock, node)); }
+
+static size_t page_round(size_t n) { return (n + AIPC_PAGE_SIZE - 1) & ~(AIPC_PAGE_SIZE - 1); }
+
+aipc__block *aipc__mem_find(const void *p) {
+  aipc__onode *n = aipc__omap_floor(&g_map, (uintptr_t)p);
+  if (!n) return NULL;
+  mblock *mb = mb_of_node(n);
+  if ((uintptr_t)p - mb->pub.base >= mb->pub.size) return NULL;
+  return &mb->pub;
+}
+
+/* The device whose arena address space holds p, or -1. */
+static int32_t arena_of(const void *p) {
+  uintptr_t a = (uintptr_t)p;
+  for (int32_t d = 0; d < AIPC_MAX_DEVICES; d++) {
+    const arena *ar = &g_arenas[d];
+    if (ar->base && a - (uintptr_t)ar->base < ar->vsize) return d;
+  }
+  return -1;
+}
+
+int aipc__mem_arena_fd(int32_t device) {
+  if (device < 0 || device >= AIPC_MAX_DEVICES || !g_arenas[device].base) return -1;
+  return g_arenas[device].fd;
+}
+
+uint64_t aipc__mem_used(int32_t device) {
+  if (device < 0 || device >= AIPC_MAX_DEVICES) return 0;
+  aipc__mem_rdlock();
+  uint64_t u = g_used[device];
+  aipc__mem_unlock();
+  return u;
+}
+
+/* Inserts a new block unless it overlaps a known one. Write lock held. */
+static mblock *add_block(uintptr_t base, size_t size, aipc__mem_kind kind, int32_t device) {
+  aipc__onode *n = aipc__omap_floor(&g_map, base + size - 1);
+  if (n) {
+    mblock *o = mb_of_node(n);
+    if (o->pub.base + o->pub.size > base) return NULL;
+  }
+  mblock *mb = calloc(1, sizeof *mb);
+  if (!mb) return NULL;
+  mb->pub.base = base;
+  mb->pub.size = size;
+  mb->pub.kind = kind;
+  mb->pub.device = device;
+  mb->pub.impl_ = mb;
+  mb->node.key = base;
+  if (aipc__omap_insert(&g_map, &mb->node) != 0) {
+    free(mb);
+    return NULL;
+  }
+  return mb;
+}
+
+/* ---- device arenas ------------------------------------------------------ */
+
+static uint64_t arena_vsize(uint64_t capacity) {
+  uint64_t v = AIPC_PAGE_SIZE;
+  while (v < 2 * capacity) v <<= 1;
+  return v;
+}
+
+/* Smallest arena worth having when address space is short. */
+#define MIN_ARENA ((uint64_t)64 << 20)
+
+static aclError arena_open(int32_t dev) {
+  arena *ar = &g_arenas[dev];
+  uint64_t vsize = arena_vsize(aipc__config_get()->memory);
+  char name[32];
+  snprintf(name, sizeof name, "ascend_ipc_dev%d", (int)dev);
+  int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0)
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot create the memory of device %d: memfd_create: %s",
+                      (int)dev, strerror(errno));
+  /* Address space can be short (ulimit -v, valgrind caps a mapping near
+   * 32 GiB): halve the reservation until it maps. A smaller arena only
+   * means large requests may find no free range. */
+  void *base = MAP_FAILED;
+  int e = 0;
+  for (; vsize >= MIN_ARENA || vsize == arena_vsize(aipc__config_get()->memory); vsize >>= 1) {
+    if (ftruncate(fd, (off_t)vsize) != 0) {
+      e = errno;
+      continue;
+    }
+    base = mmap(NULL, vsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (base != MAP_FAILED) break;
+    e = errno;
+  }
+  if (base == MAP_FAILED) {
+    close(fd);
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot map the memory of device %d: %s", (int)dev,
+                      strerror(e));
+  }
+  if (aipc__buddy_init(&ar->buddy, vsize) != 0) {
+    munmap(base, vsize);
+    close(fd);
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: out of host memory for bookkeeping");
+  }
+  ar->base = base;
+  ar->vsize = vsize;
+  ar->fd = fd;
+  return ACL_SUCCESS;
+}
+
+static void arena_close(arena *ar, bool unmap) {
+  if (!ar->base) return;
+  if (unmap) munmap(ar->base, ar->vsize);
+  close(ar->fd);
+  aipc__buddy_destroy(&ar->buddy);
+  *ar = (arena){0};
+}
+
+/* Gives a DEVICE block back: pages to the OS, range to the buddy, bytes to
+ * the capacity. Write lock held. */
+static void release_device_block(mblock *mb) {
+  arena *ar = &g_arenas[mb->pub.device];
+  aipc__omap_remove(&g_map, &mb->node);
+  /* Errors only mean the pages stay committed until the arena goes. */
+  (void)fallocate(ar->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)mb->pub.arena_offset,
+                  (off_t)mb->pub.size);
+  aipc__buddy_free(&ar->buddy, mb->pub.arena_offset, mb->pub.size);
+  g_used[mb->pub.device] -= mb->pub.size;
+  free(mb);
+}
+
+aclError aipc__emu_malloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy) {
+  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: devPtr is NULL");
+  if (size == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: size is 0");
+  if ((unsigned)policy > ACL_MEM_MALLOC_NORMAL_ONLY_P2P)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: policy %d is not an aclrtMemMallocPolicy (0..5)", (int)policy);
+  int32_t dev = aipc__device_current();
+  uint64_t cap = aipc__config_get()->memory;
+  aclError rc = ACL_SUCCESS;
+  aipc__mem_wrlock();
+  uint64_t used = g_used[dev];
+  if (size > cap || page_round(size) > cap - used) {
+    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
+                    "aclrtMalloc: out of memory on device %d: requested %zu bytes, %" PRIu64 " of %" PRIu64
+                    " bytes in use (ASCEND_IPC_EMU_MEMORY sets the capacity)",
+                    (int)dev, size, used, cap);
+    goto out;
+  }
+  size_t len = page_round(size);
+  arena *ar = &g_arenas[dev];
+  if (!ar->base && (rc = arena_open(dev)) != ACL_SUCCESS) goto out;
+  uint64_t off;
+  if (aipc__buddy_alloc(&ar->buddy, len, &off) != 0) {
+    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
+                    "aclrtMalloc: device %d has no free range of %zu bytes (%" PRIu64 " of %" PRIu64
+                    " bytes in use; the arena reserves %" PRIu64 " bytes of address space)",
+                    (int)dev, len, used, cap, ar->vsize);
+    goto out;
+  }
+  mblock *mb = add_block((uintptr_t)ar->base + off, len, AIPC_MEM_DEVICE, dev);
+  if (!mb) {
+    aipc__buddy_free(&ar->buddy, off, len);
+    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: out of host memory for bookkeeping");
+    goto out;
+  }
+  mb->pub.arena_offset = off;
+  g_used[dev] += len;
+  *devPtr = (void *)mb->pub.base;
+out:
+  aipc__mem_unlock();
+  return rc;
+}
+
+/* Why p is not something aclrtFree/aclrtFreeHost accepts. Lock held. */
+static aclError explain_unknown(const char *call, const void *p) {
+  int32_t d = arena_of(p);
+  if (d >= 0)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                      "%s: %p lies in device %d memory that is not allocated (already freed?)", call, p, (int)d);
+  return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %p was not allocated by %s in this process", call, p,
+                    strcmp(call, "aclrtFree") == 0 ? "aclrtMalloc" : "aclrtMallocHost");
+}
+
+aclError aipc__emu_free(void *devPtr) {
+  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: devPtr is NULL");
+  aclError rc = ACL_SUCCESS;
+  aipc__mem_wrlock();
+  aipc__block *b = aipc__mem_find(devPtr);
+  if (!b) {
+    rc = explain_unknown("aclrtFree", devPtr);
+  } else if (b->kind == AIPC_MEM_HOST) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p is host memory from aclrtMallocHost; release it with aclrtFreeHost",
+                    devPtr);
+  } else if (b->kind == AIPC_MEM_IMPORT) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+                    "aclrtFree: %p is IPC-imported memory; imported memory is released with aclrtIpcMemClose", devPtr);
+  } else if (b->user_freed) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p was already freed (double free)", devPtr);
+  } else if (b->base != (uintptr_t)devPtr) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+                    "aclrtFree: %p points %zu bytes into the allocation at %p; pass the address aclrtMalloc returned",
+                    devPtr, (size_t)((uintptr_t)devPtr - b->base), (void *)b->base);
+  } else if (b->pins > 0) {
+    if (aipc__config_get()->strict)
+      rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR,
+                      "aclrtFree: %p: memory is still exported; close its IPC keys (aclrtIpcMemClose) before aclrtFree "
+                      "(ASCEND_IPC_STRICT=1)",
+                      devPtr);
+    else
+      b->user_freed = true; /* the last unpin releases it */
+  } else {
+    release_device_block(mb_of(b));
+  }
+  aipc__mem_unlock();
+  return rc;
+}
+
+void aipc__mem_pin(aipc__block *b) { b->pins++; }
+
+void aipc__mem_unpin(aipc__block *b) {
+  if (b->pins > 0) b->pins--;
+  if (b->pins == 0 && b->user_freed) release_device_block(mb_of(b));
+}
+
+aipc__block *aipc__mem_add_import(void *base, size_t size, int32_t device, void *ipc) {
+  if (!base || size == 0) return NULL;
+  mblock *mb = add_block((uintptr_t)base, size, AIPC_MEM_IMPORT, device);
+  if (!mb) return NULL;
+  mb->pub.ipc = ipc;
+  return &mb->pub;
+}
+
+void aipc__mem_remove_import(aipc__block *b) {
+  if (!b) return;
+  mblock *mb = mb_of(b);
+  aipc__omap_remove(&g_map, &mb->node);
+  free(mb);
+}
+
+/* ---- host memory -------------------------------------------------------- */
+
+aclError aipc__emu_malloc_host(void **hostPtr, size_t size) {
+  if (!hostPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: hostPtr is NULL");
+  if (size == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: size is 0");
+  if (size > SIZE_MAX - AIPC_PAGE_SIZE)
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMallocHost: cannot allocate %zu bytes", size);
+  size_t len = page_round(size);
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMallocHost: cannot allocate %zu bytes: %s", size,
+                      strerror(errno));
+  aipc__mem_wrlock();
+  mblock *mb = add_block((uintptr_t)p, len, AIPC_MEM_HOST, -1);
+  aipc__mem_unlock();
+  if (!mb) {
+    munmap(p, len);
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMallocHost: out of host memory for bookkeeping");
+  }
+  *hostPtr = p;
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_free_host(void *hostPtr) {
+  if (!hostPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: hostPtr is NULL");
+  aclError rc = ACL_SUCCESS;
+  void *unmap = NULL;
+  size_t len = 0;
+  aipc__mem_wrlock();
+  aipc__block *b = aipc__mem_find(hostPtr);
+  if (!b) {
+    rc = explain_unknown("aclrtFreeHost", hostPtr);
+  } else if (b->kind != AIPC_MEM_HOST) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: %p is %s memory; release it with %s", hostPtr,
+                    b->kind == AIPC_MEM_DEVICE ? "device" : "IPC-imported",
+                    b->kind == AIPC_MEM_DEVICE ? "aclrtFree" : "aclrtIpcMemClose");
+  } else if (b->base != (uintptr_t)hostPtr) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+                    "aclrtFreeHost: %p points %zu bytes into the allocation at %p; pass the address aclrtMallocHost returned",
+                    hostPtr, (size_t)((uintptr_t)hostPtr - b->base), (void *)b->base);
+  } else {
+    mblock *mb = mb_of(b);
+    unmap = (void *)b->base;
+    len = b->size;
+    aipc__omap_remove(&g_map, &mb->node);
+    free(mb);
+  }
+  aipc__mem_unlock();
+  /* Outside the lock: the range is no longer reachable through the map. */
+  if (unmap) munmap(unmap, len);
+  return rc;
+}
+
+/* ---- copies ------------------------------------------------------------- */
+
+const char *aipc__memcpy_kind_name(int kind) {
+  static const char *const names[] = {
+      "ACL_MEMCPY_HOST_TO_HOST",         "ACL_MEMCPY_HOST_TO_DEVICE",        "ACL_MEMCPY_DEVICE_TO_HOST",
+      "ACL_MEMCPY_DEVICE_TO_DEVICE",     "ACL_MEMCPY_DEFAULT",               "ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE",
+      "ACL_MEMCPY_INNER_DEVICE_TO_DEVICE", "ACL_MEMCPY_INTER_DEVICE_TO_DEVICE",
+  };
+  return kind >= 0 && kind < 8 ? names[kind] : "unknown kind";
+}
+
+typedef struct operand {
+  bool device;   /* device memory (local or imported) */
+  bool imported; /* an IPC mapping */
+  int32_t dev;   /* device it belongs to, when device */
+} operand;
+
+/* Finds what [p, p+count) is. The range must lie inside one block; a range
+ * outside every block is host memory the runtime does not manage. */
+static aclError classify(const char *call, const char *role, const void *p, size_t count, operand *o) {
+  uintptr_t a = (uintptr_t)p;
+  if (count > UINTPTR_MAX - a)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s %p + %zu bytes wraps around the address space", call, role, p, count);
+  aipc__block *b = aipc__mem_find(p);
+  if (!b) {
+    int32_t d = arena_of(p);
+    if (d >= 0)
+      return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s %p lies in device %d memory that is not allocated (freed?)", call,
+                        role, p, (int)d);
+    aipc__onode *n = aipc__omap_next(&g_map, a);
+    if (n && n->key < a + count)
+      return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s range [%p, +%zu) runs into the allocation at %p", call, role, p,
+                        count, (void *)n->key);
+    *o = (operand){false, false, -1};
+    return ACL_SUCCESS;
+  }
+  if (b->kind == AIPC_MEM_DEVICE && b->user_freed)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s %p belongs to an allocation already released with aclrtFree", call,
+                      role, p);
+  if (count > b->base + b->size - a)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                      "%s: %s range [%p, +%zu) overruns its allocation [%p, +%zu) by %zu bytes", call, role, p, count,
+                      (void *)b->base, b->size, (size_t)(a + count - (b->base + b->size)));
+  if (b->kind == AIPC_MEM_HOST)
+    *o = (operand){false, false, -1};
+  else
+    *o = (operand){true, b->kind == AIPC_MEM_IMPORT, b->device};
+  return ACL_SUCCESS;
+}
+
+static aclError want_class(const char *call, aclrtMemcpyKind kind, const char *role, const void *p, const operand *o,
+                           bool device) {
+  if (o->device == device) return ACL_SUCCESS;
+  if (device)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s: %s %p is host memory, not device memory", call,
+                      aipc__memcpy_kind_name(kind), role, p);
+  return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s: %s %p is device memory (device %d), not host memory", call,
+                    aipc__memcpy_kind_name(kind), role, p, (int)o->dev);
+}
+
+/* Cross-device rule of CANN IPC: memory imported from another device is
+ * reachable only by asynchronous device-to-device copies. */
+static aclError cross_device_rule(const char *call, aclrtMemcpyKind kind, const void *dst, const operand *od,
+                                  const void *src, const operand *os, int32_t cur_dev, bool async) {
+  const char *role = NULL;
+  const void *p = NULL;
+  const operand *o = NULL;
+  if (os->imported && os->dev != cur_dev) {
+    role = "src", p = src, o = os;
+  } else if (od->imported && od->dev != cur_dev) {
+    role = "dst", p = dst, o = od;
+  }
+  if (!o) return ACL_SUCCESS;
+  bool d2d = kind == ACL_MEMCPY_DEVICE_TO_DEVICE || kind == ACL_MEMCPY_INNER_DEVICE_TO_DEVICE ||
+             kind == ACL_MEMCPY_INTER_DEVICE_TO_DEVICE;
+  if (d2d && async) return ACL_SUCCESS;
+  return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                    "%s: %s: %s %p is IPC memory imported from device %d but the current device is %d; CANN allows "
+                    "only asynchronous device-to-device copies (aclrtMemcpyAsync with ACL_MEMCPY_DEVICE_TO_DEVICE) on "
+                    "memory imported from another device: no ACL_MEMCPY_DEFAULT, no host<->device, no synchronous "
+                    "copy",
+                    call, aipc__memcpy_kind_name(kind), role, p, (int)o->dev, (int)cur_dev);
+}
+
+aclError aipc__copy_check(const char *call, void *dst, size_t destMax, const void *src, size_t count,
+                          aclrtMemcpyKind kind, int32_t cur_dev, bool async) {
+  operand od, os;
+  aclError rc;
+  if ((rc = classify(call, "dst", dst, count, &od)) != ACL_SUCCESS) return rc;
+  if ((rc = classify(call, "src", src, count, &os)) != ACL_SUCCESS) return rc;
+  (void)destMax;
+  switch (kind) {
+    case ACL_MEMCPY_HOST_TO_HOST:
+      if ((rc = want_class(call, kind, "src", src, &os, false))) return rc;
+      if ((rc = want_class(call, kind, "dst", dst, &od, false))) return rc;
+      break;
+    case ACL_MEMCPY_HOST_TO_DEVICE:
+    case ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE:
+      if ((rc = want_class(call, kind, "src", src, &os, false))) return rc;
+      if ((rc = want_class(call, kind, "dst", dst, &od, true))) return rc;
+      break;
+    case ACL_MEMCPY_DEVICE_TO_HOST:
+      if ((rc = want_class(call, kind, "src", src, &os, true))) return rc;
+      if ((rc = want_class(call, kind, "dst", dst, &od, false))) return rc;
+      break;
+    case ACL_MEMCPY_DEVICE_TO_DEVICE:
+    case ACL_MEMCPY_INNER_DEVICE_TO_DEVICE:
+    case ACL_MEMCPY_INTER_DEVICE_TO_DEVICE:
+      if ((rc = want_class(call, kind, "src", src, &os, true))) return rc;
+      if ((rc = want_class(call, kind, "dst", dst, &od, true))) return rc;
+      if (kind == ACL_MEMCPY_INNER_DEVICE_TO_DEVICE && os.dev != od.dev)
+        return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                          "%s: ACL_MEMCPY_INNER_DEVICE_TO_DEVICE: src is on device %d and dst on device %d; use "
+                          "ACL_MEMCPY_INTER_DEVICE_TO_DEVICE",
+                          call, (int)os.dev, (int)od.dev);
+      if (kind == ACL_MEMCPY_INTER_DEVICE_TO_DEVICE && os.dev == od.dev)
+        return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                          "%s: ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: src and dst are both on device %d; use "
+                          "ACL_MEMCPY_INNER_DEVICE_TO_DEVICE",
+                          call, (int)os.dev);
+      break;
+    case ACL_MEMCPY_DEFAULT:
+      break;
+    default:
+      return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: kind %d is not an aclrtMemcpyKind (0..7)", call, (int)kind);
+  }
+  return cross_device_rule(call, kind, dst, &od, src, &os, cur_dev, async);
+}
+
+aclError aipc__emu_memcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind) {
+  if (!dst) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: dst is NULL");
+  if (!src) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: src is NULL");
+  if ((unsigned)kind > ACL_MEMCPY_INTER_DEVICE_TO_DEVICE)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: kind %d is not an aclrtMemcpyKind (0..7)", (int)kind);
+  if (count > destMax)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: count %zu is larger than destMax %zu", count, destMax);
+  if (count == 0) return ACL_SUCCESS;
+  int32_t cur = aipc__device_current();
+  /* Shared lock across the copy: no free or close can unmap under it. */
+  aipc__mem_rdlock();
+  aclError rc = aipc__copy_check("aclrtMemcpy", dst, destMax, src, count, kind, cur, false);
+  if (rc == ACL_SUCCESS) memmove(dst, src, count);
+  aipc__mem_unlock();
+  return rc;
+}
+
+aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
+  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: devPtr is NULL");
+  if (count > maxCount)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: count %zu is larger than maxCount %zu", count, maxCount);
+  operand o;
+  aipc__mem_rdlock();
+  aclError rc = classify("aclrtMemset", "devPtr", devPtr, count, &o);
+  if (rc == ACL_SUCCESS && !o.device)
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: devPtr %p is host memory, not device memory", devPtr);
+  if (rc == ACL_SUCCESS) memset(devPtr, (int)(value & 0xff), count);
+  aipc__mem_unlock();
+  return rc;
+}
+
+/* ---- teardown and fork -------------------------------------------------- */
+
+static void drop_block(aipc__onode *n, void *unmap_host) {
+  mblock *mb = mb_of_node(n);
+  if (mb->pub.kind == AIPC_MEM_HOST && unmap_host) munmap((void *)mb->pub.base, mb->pub.size);
+  free(mb);
+}
+
+void aipc__mem_finalize(void) {
+  aipc__mem_wrlock();
+  /* Device blocks go with their arena's mapping; imports belong to the IPC
+   * layer, which has released them by now (any left are only forgotten). */
+  aipc__omap_drain(&g_map, drop_block, (void *)1);
+  for (int d = 0; d < AIPC_MAX_DEVICES; d++) {
+    arena_close(&g_arenas[d], true);
+    g_used[d] = 0;
+  }
+  aipc__mem_unlock();
+}
+
+void aipc__mem_atfork_prepare(void) {
+  aipc__stream_atfork_prepare();
+  aipc__mem_wrlock();
+}
+
+void aipc__mem_atfork_parent(void) {
+  aipc__mem_unlock();
+  aipc__stream_atfork_parent();
+}
+
+void aipc__mem_atfork_child(void) {
+  g_lock = (pthread_rwlock_t)PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+  /* The parent's blocks stay mapped here but are no longer ours to manage. */
+  aipc__omap_drain(&g_map, drop_block, NULL);
+  for (int d = 0; d < AIPC_MAX_DEVICES; d++) {
+    arena_close(&g_arenas[d], false);
+    g_used[d] = 0;
+  }
+}

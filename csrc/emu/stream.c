@@ -1,0 +1,300 @@
+/*
+ * Streams: each has a worker thread and a FIFO of copies. Work is validated
+ * when queued (argument errors come back at once) and again when it runs,
+ * under the memory lock, so memory freed in between is an asynchronous
+ * error that aclrtSynchronizeStream reports.
+ *
+ * Handles are checked against a registry of live streams, so a stale or
+ * made-up handle is an error, not a crash. Callers hold a reference while
+ * they use a stream; the last reference frees it.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/hashmap.h"
+#include "emu_internal.h"
+
+typedef struct job {
+  struct job *next;
+  void *dst;
+  const void *src;
+  size_t destMax, count;
+  aclrtMemcpyKind kind;
+  int32_t cur_dev;
+} job;
+
+typedef struct stream {
+  pthread_mutex_t mu;
+  pthread_cond_t work; /* queue non-empty or stop */
+  pthread_cond_t idle; /* pending reached 0 */
+  job *head, *tail;
+  size_t pending; /* queued plus running */
+  bool stop;
+  aclError err; /* first asynchronous error since the last synchronize */
+  char msg[512];
+  pthread_t thread;
+  atomic_int refs;
+} stream;
+
+static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static aipc__hmap g_reg = AIPC__HMAP_INIT; /* handle -> stream */
+static stream *g_default;                  /* the NULL stream, created lazily */
+
+static aipc__hkey key_of(const void *s) { return (aipc__hkey){(uint64_t)(uintptr_t)s, 0}; }
+
+static void free_jobs(stream *s) {
+  for (job *j = s->head, *next; j; j = next) {
+    next = j->next;
+    free(j);
+  }
+  s->head = s->tail = NULL;
+}
+
+static void put(stream *s) {
+  if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+  free_jobs(s);
+  pthread_cond_destroy(&s->work);
+  pthread_cond_destroy(&s->idle);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+static void run_job(stream *s, const job *j) {
+  aipc__mem_rdlock();
+  aclError rc = aipc__copy_check("aclrtMemcpyAsync (running on the stream)", j->dst, j->destMax, j->src, j->count,
+                                 j->kind, j->cur_dev, true);
+  if (rc == ACL_SUCCESS) memmove(j->dst, j->src, j->count);
+  aipc__mem_unlock();
+  if (rc == ACL_SUCCESS) return;
+  const char *m = aipc__recent_err_msg();
+  pthread_mutex_lock(&s->mu);
+  if (s->err == ACL_SUCCESS) {
+    s->err = rc;
+    snprintf(s->msg, sizeof s->msg, "%s", m ? m : aipc__error_text(rc));
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void *worker(void *arg) {
+  stream *s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->head && !s->stop) pthread_cond_wait(&s->work, &s->mu);
+    job *j = s->head;
+    if (!j) break;
+    s->head = j->next;
+    if (!s->head) s->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    run_job(s, j);
+    free(j);
+    pthread_mutex_lock(&s->mu);
+    if (--s->pending == 0) pthread_cond_broadcast(&s->idle);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+static aclError stream_new(const char *call, stream **out) {
+  stream *s = calloc(1, sizeof *s);
+  if (!s) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->work, NULL);
+  pthread_cond_init(&s->idle, NULL);
+  atomic_init(&s->refs, 1);
+  /* The worker takes no signals: they belong to the application's threads. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int e = pthread_create(&s->thread, NULL, worker, s);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (e != 0) {
+    put(s);
+    return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: cannot start the stream's worker thread: %s", call, strerror(e));
+  }
+  *out = s;
+  return ACL_SUCCESS;
+}
+
+/* Waits for s's queued work, stops and joins its worker, drops one reference. */
+static void stream_shutdown(stream *s) {
+  pthread_mutex_lock(&s->mu);
+  while (s->pending > 0) pthread_cond_wait(&s->idle, &s->mu);
+  s->stop = true;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  put(s);
+}
+
+/* A referenced stream for handle h (NULL: the default stream). */
+static aclError get(const char *call, aclrtStream h, stream **out) {
+  aclError rc = ACL_SUCCESS;
+  pthread_mutex_lock(&g_reg_mu);
+  stream *s;
+  if (!h) {
+    if (!g_default) rc = stream_new(call, &g_default);
+    s = g_default;
+  } else {
+    s = aipc__hmap_get(&g_reg, key_of(h));
+    if (!s)
+      rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is not a live stream (never created, or already destroyed)",
+                      call, h);
+  }
+  if (rc == ACL_SUCCESS) {
+    atomic_fetch_add(&s->refs, 1);
+    *out = s;
+  }
+  pthread_mutex_unlock(&g_reg_mu);
+  return rc;
+}
+
+aclError aipc__emu_create_stream(aclrtStream *stream_out) {
+  if (!stream_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateStream: stream is NULL");
+  stream *s;
+  aclError rc = stream_new("aclrtCreateStream", &s);
+  if (rc) return rc;
+  pthread_mutex_lock(&g_reg_mu);
+  int e = aipc__hmap_put(&g_reg, key_of(s), s);
+  pthread_mutex_unlock(&g_reg_mu);
+  if (e != 0) {
+    stream_shutdown(s);
+    return aipc__fail(ACL_ERROR_BAD_ALLOC, "aclrtCreateStream: out of host memory");
+  }
+  *stream_out = s;
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_destroy_stream(aclrtStream h) {
+  if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtDestroyStream: the default stream (NULL) cannot be destroyed");
+  pthread_mutex_lock(&g_reg_mu);
+  stream *s = aipc__hmap_remove(&g_reg, key_of(h));
+  pthread_mutex_unlock(&g_reg_mu);
+  if (!s)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                      "aclrtDestroyStream: stream %p is not a live stream (never created, or already destroyed)", h);
+  stream_shutdown(s);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_synchronize_stream(aclrtStream h) {
+  stream *s;
+  aclError rc = get("aclrtSynchronizeStream", h, &s);
+  if (rc) return rc;
+  char msg[sizeof s->msg];
+  pthread_mutex_lock(&s->mu);
+  while (s->pending > 0) pthread_cond_wait(&s->idle, &s->mu);
+  rc = s->err;
+  memcpy(msg, s->msg, sizeof msg);
+  s->err = ACL_SUCCESS;
+  pthread_mutex_unlock(&s->mu);
+  put(s);
+  if (rc) return aipc__fail(rc, "aclrtSynchronizeStream: queued work failed: %s", msg);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_memcpy_async(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
+                                aclrtStream h) {
+  static const char call[] = "aclrtMemcpyAsync";
+  if (!dst) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: dst is NULL", call);
+  if (!src) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: src is NULL", call);
+  if ((unsigned)kind > ACL_MEMCPY_INTER_DEVICE_TO_DEVICE)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: kind %d is not an aclrtMemcpyKind (0..7)", call, (int)kind);
+  if (count > destMax)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than destMax %zu", call, count, destMax);
+  stream *s;
+  aclError rc = get(call, h, &s);
+  if (rc) return rc;
+  if (count == 0) goto out;
+  int32_t cur = aipc__device_current();
+  aipc__mem_rdlock();
+  rc = aipc__copy_check(call, dst, destMax, src, count, kind, cur, true);
+  aipc__mem_unlock();
+  if (rc) goto out;
+  job *j = malloc(sizeof *j);
+  if (!j) {
+    rc = aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+    goto out;
+  }
+  *j = (job){NULL, dst, src, destMax, count, kind, cur};
+  pthread_mutex_lock(&s->mu);
+  if (s->stop) {
+    pthread_mutex_unlock(&s->mu);
+    free(j);
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is being destroyed", call, h);
+    goto out;
+  }
+  if (s->tail)
+    s->tail->next = j;
+  else
+    s->head = j;
+  s->tail = j;
+  s->pending++;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+out:
+  put(s);
+  return rc;
+}
+
+void aipc__stream_finalize(void) {
+  for (;;) {
+    pthread_mutex_lock(&g_reg_mu);
+    size_t cur = 0;
+    aipc__hkey k;
+    stream *s = NULL;
+    if (aipc__hmap_next(&g_reg, &cur, &k, (void **)&s)) {
+      aipc__hmap_remove(&g_reg, k);
+    } else {
+      s = g_default;
+      g_default = NULL;
+      aipc__hmap_clear(&g_reg);
+    }
+    pthread_mutex_unlock(&g_reg_mu);
+    if (!s) break;
+    stream_shutdown(s);
+  }
+}
+
+/* Fork: hold the registry and every stream's queue still, so the child
+ * copies consistent lists it can free. */
+static void lock_all(bool lock) {
+  size_t cur = 0;
+  void *v;
+  while (aipc__hmap_next(&g_reg, &cur, NULL, &v)) {
+    stream *s = v;
+    lock ? pthread_mutex_lock(&s->mu) : pthread_mutex_unlock(&s->mu);
+  }
+  if (g_default) lock ? pthread_mutex_lock(&g_default->mu) : pthread_mutex_unlock(&g_default->mu);
+}
+
+void aipc__stream_atfork_prepare(void) {
+  pthread_mutex_lock(&g_reg_mu);
+  lock_all(true);
+}
+
+void aipc__stream_atfork_parent(void) {
+  lock_all(false);
+  pthread_mutex_unlock(&g_reg_mu);
+}
+
+void aipc__stream_atfork_child(void) {
+  /* The workers do not exist here: free what the parent's streams left in
+   * memory without joining them or touching their (held) locks. */
+  size_t cur = 0;
+  void *v;
+  while (aipc__hmap_next(&g_reg, &cur, NULL, &v)) {
+    free_jobs(v);
+    free(v);
+  }
+  aipc__hmap_clear(&g_reg);
+  if (g_default) {
+    free_jobs(g_default);
+    free(g_default);
+    g_default = NULL;
+  }
+  g_reg_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}

@@ -1,0 +1,260 @@
+/* _Allocation: device memory shared by the objects that use it. */
+#include "allocation.h"
+
+#include <string.h>
+
+/* ---- registry ------------------------------------------------------------ */
+
+/* First index whose base is > addr. */
+static size_t registry_upper(const aipc_py_registry *r, uintptr_t addr) {
+  size_t lo = 0, hi = r->count;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if ((uintptr_t)r->items[mid]->base <= addr) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+static int registry_add(aipc_py_registry *r, aipc_py_allocation *a) {
+  if (r->count == r->capacity) {
+    size_t cap = r->capacity ? r->capacity * 2 : 64;
+    aipc_py_allocation **items = PyMem_Realloc(r->items, cap * sizeof *items);
+    if (items == NULL) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    r->items = items;
+    r->capacity = cap;
+  }
+  size_t at = registry_upper(r, (uintptr_t)a->base);
+  memmove(&r->items[at + 1], &r->items[at], (r->count - at) * sizeof r->items[0]);
+  r->items[at] = a;
+  r->count++;
+  a->registered = 1;
+  return 0;
+}
+
+static void registry_remove(aipc_py_registry *r, aipc_py_allocation *a) {
+  if (!a->registered) return;
+  size_t at = registry_upper(r, (uintptr_t)a->base);
+  while (at > 0) {
+    at--;
+    if (r->items[at] == a) {
+      memmove(&r->items[at], &r->items[at + 1], (r->count - at - 1) * sizeof r->items[0]);
+      r->count--;
+      break;
+    }
+    if (r->items[at]->base != a->base) break;
+  }
+  a->registered = 0;
+}
+
+aipc_py_allocation *aipc_py_registry_find(aipc_py_registry *r, uintptr_t lo, uintptr_t hi) {
+  size_t at = registry_upper(r, lo);
+  while (at > 0) {
+    aipc_py_allocation *a = r->items[--at];
+    if (a->released || aipc_py_allocation_foreign(a)) continue; /* stale after fork */
+    uintptr_t base = (uintptr_t)a->base;
+    if (lo >= base && hi >= lo && hi <= base + a->size) return a;
+    return NULL; /* allocations of this process never overlap */
+  }
+  return NULL;
+}
+
+void aipc_py_registry_free(aipc_py_registry *r) {
+  /* Allocations still alive (held by objects that outlive the module's
+   * state, e.g. at interpreter exit) must not touch the freed array. */
+  for (size_t i = 0; i < r->count; i++) r->items[i]->registered = 0;
+  PyMem_Free(r->items);
+  r->items = NULL;
+  r->count = r->capacity = 0;
+}
+
+/* ---- exports ------------------------------------------------------------- */
+
+aipc_py_export_rec *aipc_py_allocation_find_export(aipc_py_allocation *a, uint64_t flags, int link) {
+  for (size_t i = 0; i < a->nexports; i++) {
+    if (a->exports[i].flags == flags && a->exports[i].link == link) return &a->exports[i];
+  }
+  return NULL;
+}
+
+aipc_py_export_rec *aipc_py_allocation_export_by_key(aipc_py_allocation *a, const char *key) {
+  for (size_t i = 0; i < a->nexports; i++) {
+    if (strcmp(a->exports[i].key, key) == 0) return &a->exports[i];
+  }
+  return NULL;
+}
+
+int aipc_py_allocation_add_export(aipc_py_allocation *a, const char *key, uint64_t flags, int link) {
+  if (a->nexports == a->exports_cap) {
+    size_t cap = a->exports_cap ? a->exports_cap * 2 : 4;
+    aipc_py_export_rec *recs = PyMem_Realloc(a->exports, cap * sizeof *recs);
+    if (recs == NULL) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    a->exports = recs;
+    a->exports_cap = cap;
+  }
+  aipc_py_export_rec *rec = &a->exports[a->nexports++];
+  memset(rec, 0, sizeof *rec);
+  memcpy(rec->key, key, strnlen(key, AIPC_PY_KEY_LEN - 1));
+  rec->flags = flags;
+  rec->link = link;
+  return 0;
+}
+
+void aipc_py_allocation_remove_export(aipc_py_allocation *a, const char *key) {
+  aipc_py_export_rec *rec = aipc_py_allocation_export_by_key(a, key);
+  if (rec == NULL) return;
+  size_t at = (size_t)(rec - a->exports);
+  memmove(&a->exports[at], &a->exports[at + 1], (a->nexports - at - 1) * sizeof *rec);
+  a->nexports--;
+}
+
+/* ---- lifetime ------------------------------------------------------------ */
+
+aipc_py_allocation *aipc_py_allocation_create(aipc_py_state *st, int kind, void *base, size_t size,
+                                              int32_t device, const char *import_key) {
+  aipc_py_allocation *a = (aipc_py_allocation *)st->allocation_type->tp_alloc(st->allocation_type, 0);
+  if (a == NULL) return NULL;
+  a->base = base;
+  a->size = size;
+  a->device = device;
+  a->kind = kind;
+  a->pid = aipc_py_pid();
+  if (import_key != NULL) memcpy(a->import_key, import_key, strnlen(import_key, AIPC_PY_KEY_LEN - 1));
+  if (registry_add(&st->registry, a) < 0) {
+    a->released = 1; /* the caller keeps the memory */
+    Py_DECREF(a);
+    return NULL;
+  }
+  return a;
+}
+
+int aipc_py_allocation_check(aipc_py_allocation *a, const char *what) {
+  if (aipc_py_allocation_foreign(a)) {
+    PyErr_Format(PyExc_ValueError,
+                 "this %s uses device memory of process %ld, inherited across fork(); a forked child "
+                 "does not own its parent's device memory (its runtime starts empty): export it in "
+                 "the parent and open the IpcHandle in the child",
+                 what, a->pid);
+    return -1;
+  }
+  if (a->released) {
+    PyErr_Format(PyExc_ValueError, "this %s's device memory was released", what);
+    return -1;
+  }
+  return 0;
+}
+
+int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py_failure *f) {
+  if (a->released) return 0;
+  registry_remove(&st->registry, a);
+  if (aipc_py_allocation_foreign(a)) {
+    /* The parent's memory: the child's runtime does not know it. */
+    a->released = 1;
+    return 0;
+  }
+
+  const aipc_provider *p = st->provider;
+  size_t n = a->nexports;
+  size_t closed = 0;
+  aclError rc = ACL_SUCCESS;
+  aipc_py_export_rec *recs = a->exports;
+  void *base = a->base;
+  int kind = a->kind;
+  char import_key[AIPC_PY_KEY_LEN];
+  memcpy(import_key, a->import_key, sizeof import_key);
+
+  /* Nobody else can reach `a` while the GIL is released: it is being
+   * deallocated, or closed by the last object that held it, and it is out of
+   * the registry. */
+  Py_BEGIN_ALLOW_THREADS
+  for (; closed < n; closed++) {
+    rc = aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(recs[closed].key));
+    if (rc != ACL_SUCCESS) break;
+  }
+  if (rc == ACL_SUCCESS) {
+    if (kind == AIPC_PY_OWNED) {
+      rc = aipc_py_note(p, f, "aclrtFree", p->free(base));
+    } else {
+      rc = aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(import_key));
+    }
+  }
+  Py_END_ALLOW_THREADS
+
+  /* Exports that did close are gone either way. */
+  memmove(a->exports, a->exports + closed, (n - closed) * sizeof *recs);
+  a->nexports = n - closed;
+  if (rc != ACL_SUCCESS) {
+    if (registry_add(&st->registry, a) < 0) PyErr_Clear(); /* lookups only miss it */
+    return -1;
+  }
+  a->released = 1;
+  return 0;
+}
+
+static int allocation_traverse(PyObject *self, visitproc visit, void *arg) {
+  Py_VISIT(Py_TYPE(self));
+  return 0;
+}
+
+static int allocation_clear(PyObject *self) { return 0; }
+
+static void allocation_dealloc(PyObject *self) {
+  aipc_py_allocation *a = (aipc_py_allocation *)self;
+  PyTypeObject *tp = Py_TYPE(self);
+  aipc_py_state *st = aipc_py_state_of(tp);
+  PyObject_GC_UnTrack(self);
+  if (!a->released) {
+    aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+    if (aipc_py_allocation_release(st, a, &f) < 0) {
+      /* Never free memory the runtime would not let go of (ASCEND_IPC_STRICT=1
+       * with importers still attached): leak it, loudly. */
+      registry_remove(&st->registry, a);
+      aipc_py_warn_leak(st, a->kind == AIPC_PY_OWNED ? "exported device memory" : "an imported mapping",
+                        &f);
+    }
+  }
+  registry_remove(&st->registry, a);
+  PyMem_Free(a->exports);
+  tp->tp_free(self);
+  Py_DECREF(tp);
+}
+
+static PyObject *allocation_repr(PyObject *self) {
+  aipc_py_allocation *a = (aipc_py_allocation *)self;
+  return PyUnicode_FromFormat("<ascend_ipc._C._Allocation %s %p size=%zu device=%d exports=%zu%s%s>",
+                              a->kind == AIPC_PY_OWNED ? "owned" : "imported", a->base, a->size,
+                              (int)a->device, a->nexports, a->released ? " released" : "",
+                              aipc_py_allocation_foreign(a) ? " foreign" : "");
+}
+
+static PyType_Slot allocation_slots[] = {
+    {Py_tp_doc, (void *)"Device memory shared by the objects that use it (internal)."},
+    {Py_tp_dealloc, allocation_dealloc},
+    {Py_tp_traverse, allocation_traverse},
+    {Py_tp_clear, allocation_clear},
+    {Py_tp_repr, allocation_repr},
+    {0, NULL},
+};
+
+static PyType_Spec allocation_spec = {
+    .name = "ascend_ipc._C._Allocation",
+    .basicsize = sizeof(aipc_py_allocation),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = allocation_slots,
+};
+
+int aipc_py_allocation_init_type(PyObject *module, aipc_py_state *st) {
+  st->allocation_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &allocation_spec, NULL);
+  if (st->allocation_type == NULL) return -1;
+  return 0;
+}

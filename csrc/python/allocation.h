@@ -1,0 +1,91 @@
+/*
+ * _Allocation: one piece of device memory this process holds, shared by every
+ * object that uses it.
+ *
+ * An allocation is either OWNED (aclrtMalloc in this process; it may carry
+ * IPC exports) or IMPORTED (one aclrtIpcMemImportByKey). DeviceArrays and
+ * their views, exporter-side IpcHandles and DLPack capsules each hold a
+ * reference; the memory is given back when the last one goes: exports closed
+ * (aclrtIpcMemClose), then aclrtFree, or for an import aclrtIpcMemClose. So
+ * garbage collection never frees memory that some object still uses, and
+ * the runtime itself keeps exported memory valid for other processes that
+ * still hold it.
+ *
+ * An allocation records the process that created it. In a forked child it is
+ * foreign: the child's runtime starts empty, so the child neither uses nor
+ * releases its parent's memory.
+ */
+#ifndef ASCEND_IPC_PYTHON_ALLOCATION_H_
+#define ASCEND_IPC_PYTHON_ALLOCATION_H_
+
+#include "module.h"
+
+typedef enum aipc_py_alloc_kind {
+  AIPC_PY_OWNED = 1,
+  AIPC_PY_IMPORTED = 2,
+} aipc_py_alloc_kind;
+
+/* ACCESS_LINK values; AIPC_PY_LINK_NONE means the attribute was not set. */
+#define AIPC_PY_LINK_NONE (-1)
+
+typedef struct aipc_py_export_rec {
+  char key[AIPC_PY_KEY_LEN];
+  uint64_t flags; /* ACL_RT_IPC_MEM_EXPORT_FLAG_* */
+  int link;       /* AIPC_PY_LINK_NONE or ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_* */
+} aipc_py_export_rec;
+
+typedef struct aipc_py_allocation {
+  PyObject_HEAD
+  void *base;         /* page-aligned */
+  size_t size;        /* page-rounded, > 0: what exports cover */
+  int32_t device;     /* the memory's device (an import: the exporter's) */
+  int kind;           /* aipc_py_alloc_kind */
+  long pid;           /* the process that allocated or imported it */
+  int released;       /* given back to the runtime (or forgotten after fork) */
+  int registered;     /* in the module's registry */
+  char import_key[AIPC_PY_KEY_LEN]; /* IMPORTED: the key to close */
+  aipc_py_export_rec *exports;      /* OWNED: live exports of this process */
+  size_t nexports;
+  size_t exports_cap;
+} aipc_py_allocation;
+
+int aipc_py_allocation_init_type(PyObject *module, aipc_py_state *st);
+
+/*
+ * Wraps memory the caller just got from the runtime. On success the new
+ * object owns it; on failure (NULL, exception set) the caller still does.
+ */
+aipc_py_allocation *aipc_py_allocation_create(aipc_py_state *st, int kind, void *base, size_t size,
+                                              int32_t device, const char *import_key);
+
+static inline int aipc_py_allocation_foreign(const aipc_py_allocation *a) {
+  return a->pid != aipc_py_pid();
+}
+
+/* 0 if the memory can be used in this process, else -1 with ValueError
+ * naming `what` ("DeviceArray", "IpcHandle"). */
+int aipc_py_allocation_check(aipc_py_allocation *a, const char *what);
+
+/* Gives the memory back now: closes the exports, then frees (or closes the
+ * import). 0 on success; -1 with *f filled (no Python exception) if the
+ * runtime refused, in which case nothing was freed and the allocation stays
+ * usable (its exports that did close are forgotten). Releases the GIL. */
+int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py_failure *f);
+
+/* Live export of this allocation with these flags and link, or NULL. */
+aipc_py_export_rec *aipc_py_allocation_find_export(aipc_py_allocation *a, uint64_t flags, int link);
+/* The export with this key, or NULL. */
+aipc_py_export_rec *aipc_py_allocation_export_by_key(aipc_py_allocation *a, const char *key);
+/* Records a new export; -1 with MemoryError. */
+int aipc_py_allocation_add_export(aipc_py_allocation *a, const char *key, uint64_t flags, int link);
+/* Forgets an export (after aclrtIpcMemClose succeeded). */
+void aipc_py_allocation_remove_export(aipc_py_allocation *a, const char *key);
+
+/* ---- registry: which allocation holds an address ------------------------ */
+
+/* The usable allocation of this process that contains [lo, hi), or NULL.
+ * Borrowed. O(log n). */
+aipc_py_allocation *aipc_py_registry_find(aipc_py_registry *r, uintptr_t lo, uintptr_t hi);
+void aipc_py_registry_free(aipc_py_registry *r);
+
+#endif

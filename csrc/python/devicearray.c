@@ -1,0 +1,745 @@
+/* DeviceArray: an n-dimensional view of device memory. */
+#include "devicearray.h"
+
+#include <string.h>
+
+#include "dtype.h"
+
+_Static_assert(sizeof(npy_intp) == sizeof(Py_ssize_t), "npy_intp and Py_ssize_t differ");
+
+/* ---- shape arithmetic ----------------------------------------------------- */
+
+PyObject *aipc_py_tuple(int n, const Py_ssize_t *v) {
+  PyObject *t = PyTuple_New(n);
+  if (t == NULL) return NULL;
+  for (int i = 0; i < n; i++) {
+    PyObject *x = PyLong_FromSsize_t(v[i]);
+    if (x == NULL) {
+      Py_DECREF(t);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(t, i, x);
+  }
+  return t;
+}
+
+static int too_big(void) {
+  PyErr_SetString(PyExc_ValueError, "array is too big: its size in bytes overflows");
+  return -1;
+}
+
+int aipc_py_extent(int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t itemsize,
+                   Py_ssize_t *lo, Py_ssize_t *hi) {
+  *lo = *hi = 0;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] == 0) return 0;
+  }
+  Py_ssize_t l = 0, h = itemsize;
+  for (int i = 0; i < ndim; i++) {
+    Py_ssize_t span;
+    if (__builtin_mul_overflow(shape[i] - 1, strides[i], &span)) return too_big();
+    if (span < 0) {
+      if (__builtin_add_overflow(l, span, &l)) return too_big();
+    } else {
+      if (__builtin_add_overflow(h, span, &h)) return too_big();
+    }
+  }
+  *lo = l;
+  *hi = h;
+  return 0;
+}
+
+int aipc_py_c_contiguous(int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+                         Py_ssize_t itemsize) {
+  Py_ssize_t expect = itemsize;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] == 0) return 1;
+  }
+  for (int i = ndim - 1; i >= 0; i--) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expect) return 0;
+    expect *= shape[i];
+  }
+  return 1;
+}
+
+int aipc_py_c_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize, Py_ssize_t *strides,
+                      Py_ssize_t *count) {
+  Py_ssize_t n = 1, s = itemsize;
+  for (int i = 0; i < ndim; i++) {
+    if (__builtin_mul_overflow(n, shape[i], &n)) return too_big();
+  }
+  if (__builtin_mul_overflow(n, itemsize, &s)) return too_big();
+  if (s > PY_SSIZE_T_MAX - (Py_ssize_t)AIPC_PY_PAGE) return too_big();
+  s = itemsize;
+  for (int i = ndim - 1; i >= 0; i--) {
+    strides[i] = s;
+    /* Cannot overflow: the product of all dimensions times itemsize fits,
+     * unless a later dimension is 0, where strides stop mattering. */
+    if (shape[i] > 0 && __builtin_mul_overflow(s, shape[i], &s)) s = 0;
+  }
+  *count = n;
+  return 0;
+}
+
+static int index_to_ssize(PyObject *item, const char *what, Py_ssize_t *out) {
+  if (!PyIndex_Check(item) || PyArray_Check(item)) {
+    PyErr_Format(PyExc_TypeError, "%s must be an int or a sequence of ints, not %.100s", what,
+                 Py_TYPE(item)->tp_name);
+    return -1;
+  }
+  Py_ssize_t v = PyNumber_AsSsize_t(item, PyExc_OverflowError);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  *out = v;
+  return 0;
+}
+
+int aipc_py_parse_shape(PyObject *obj, const char *what, int *ndim, Py_ssize_t *dims) {
+  if (PyIndex_Check(obj) && !PyArray_Check(obj)) {
+    if (index_to_ssize(obj, what, &dims[0]) < 0) return -1;
+    *ndim = 1;
+  } else {
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || !PySequence_Check(obj)) {
+      PyErr_Format(PyExc_TypeError, "%s must be an int or a sequence of ints, not %.100s", what,
+                   Py_TYPE(obj)->tp_name);
+      return -1;
+    }
+    PyObject *seq = PySequence_Fast(obj, "shape must be a sequence");
+    if (seq == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > AIPC_PY_MAX_NDIM) {
+      PyErr_Format(PyExc_ValueError, "%s has %zd dimensions; at most %d are supported", what, n,
+                   AIPC_PY_MAX_NDIM);
+      Py_DECREF(seq);
+      return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      if (index_to_ssize(PySequence_Fast_GET_ITEM(seq, i), what, &dims[i]) < 0) {
+        Py_DECREF(seq);
+        return -1;
+      }
+    }
+    Py_DECREF(seq);
+    *ndim = (int)n;
+  }
+  for (int i = 0; i < *ndim; i++) {
+    if (dims[i] < 0) {
+      PyErr_Format(PyExc_ValueError, "%s has a negative dimension (%zd)", what, dims[i]);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int aipc_py_parse_strides(PyObject *obj, int ndim, Py_ssize_t *strides) {
+  if (PyUnicode_Check(obj) || PyBytes_Check(obj) || !PySequence_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "strides must be a sequence of ints, not %.100s", Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  PyObject *seq = PySequence_Fast(obj, "strides must be a sequence");
+  if (seq == NULL) return -1;
+  if (PySequence_Fast_GET_SIZE(seq) != ndim) {
+    PyErr_Format(PyExc_ValueError, "strides has %zd entries but shape has %d", PySequence_Fast_GET_SIZE(seq),
+                 ndim);
+    Py_DECREF(seq);
+    return -1;
+  }
+  for (int i = 0; i < ndim; i++) {
+    if (index_to_ssize(PySequence_Fast_GET_ITEM(seq, i), "strides", &strides[i]) < 0) {
+      Py_DECREF(seq);
+      return -1;
+    }
+  }
+  Py_DECREF(seq);
+  return 0;
+}
+
+/* ---- construction ------------------------------------------------------- */
+
+PyObject *aipc_py_array_new(aipc_py_state *st, aipc_py_allocation *alloc, PyObject *base,
+                            PyArray_Descr *dtype, int ndim, const Py_ssize_t *shape,
+                            const Py_ssize_t *strides, Py_ssize_t offset) {
+  Py_ssize_t itemsize = PyDataType_ELSIZE(dtype);
+  Py_ssize_t lo, hi, count = 1, nbytes;
+  if (ndim < 0 || ndim > AIPC_PY_MAX_NDIM) {
+    PyErr_Format(PyExc_ValueError, "%d dimensions; at most %d are supported", ndim, AIPC_PY_MAX_NDIM);
+    return NULL;
+  }
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0) {
+      PyErr_SetString(PyExc_ValueError, "negative dimension");
+      return NULL;
+    }
+    if (__builtin_mul_overflow(count, shape[i], &count)) return too_big(), NULL;
+  }
+  if (__builtin_mul_overflow(count, itemsize, &nbytes)) return too_big(), NULL;
+  if (aipc_py_extent(ndim, shape, strides, itemsize, &lo, &hi) < 0) return NULL;
+  Py_ssize_t size = (Py_ssize_t)alloc->size;
+  int inside = count > 0 ? (offset >= -lo && offset <= size - hi) : (offset >= 0 && offset <= size);
+  if (!inside) {
+    PyErr_Format(PyExc_ValueError,
+                 "the view (offset %zd, bytes [%zd, %zd) around it) lies outside its device allocation "
+                 "of %zd bytes",
+                 offset, lo, hi, size);
+    return NULL;
+  }
+
+  aipc_py_array *self = (aipc_py_array *)st->array_type->tp_alloc(st->array_type, 0);
+  if (self == NULL) return NULL;
+  if (ndim > 0) {
+    self->shape = PyMem_Malloc(2 * (size_t)ndim * sizeof(Py_ssize_t));
+    if (self->shape == NULL) {
+      Py_DECREF(self);
+      return PyErr_NoMemory();
+    }
+    self->strides = self->shape + ndim;
+    memcpy(self->shape, shape, (size_t)ndim * sizeof(Py_ssize_t));
+    memcpy(self->strides, strides, (size_t)ndim * sizeof(Py_ssize_t));
+  }
+  self->ndim = ndim;
+  Py_INCREF(alloc);
+  self->alloc = alloc;
+  Py_XINCREF(base);
+  self->base = base;
+  Py_INCREF(dtype);
+  self->dtype = dtype;
+  self->offset = offset;
+  self->nbytes = nbytes;
+  self->data = (char *)alloc->base + offset;
+  self->device = alloc->device;
+  self->imported = alloc->kind == AIPC_PY_IMPORTED;
+  return (PyObject *)self;
+}
+
+aipc_py_allocation *aipc_py_array_checked(aipc_py_array *self) {
+  if (self->alloc == NULL) {
+    PyErr_SetString(PyExc_ValueError, "DeviceArray is closed");
+    return NULL;
+  }
+  if (aipc_py_allocation_check(self->alloc, "DeviceArray") < 0) return NULL;
+  return self->alloc;
+}
+
+static size_t page_round(Py_ssize_t nbytes) {
+  size_t n = nbytes > 0 ? (size_t)nbytes : 1;
+  return (n + AIPC_PY_PAGE - 1) & ~(AIPC_PY_PAGE - 1);
+}
+
+/*
+ * Allocates device memory for nbytes on device (-1: current), optionally
+ * fills it from host (count bytes) or with zeros, and wraps it. A new
+ * reference to the allocation, or NULL with an exception.
+ */
+static aipc_py_allocation *allocate(aipc_py_state *st, int32_t device, Py_ssize_t nbytes,
+                                    const void *host, int zero) {
+  const aipc_provider *p = st->provider;
+  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+  aipc_py_device_scope scope;
+  size_t size = page_round(nbytes);
+  void *ptr = NULL;
+
+  Py_BEGIN_ALLOW_THREADS
+  if (aipc_py_device_enter(p, &f, device, &scope) == ACL_SUCCESS) {
+    if (aipc_py_note(p, &f, "aclrtMalloc", p->malloc(&ptr, size, ACL_MEM_MALLOC_HUGE_FIRST)) ==
+        ACL_SUCCESS) {
+      aclError rc = ACL_SUCCESS;
+      if (host != NULL && nbytes > 0) {
+        rc = aipc_py_note(p, &f, "aclrtMemcpy",
+                          p->memcpy(ptr, size, host, (size_t)nbytes, ACL_MEMCPY_HOST_TO_DEVICE));
+      } else if (zero) {
+        rc = aipc_py_note(p, &f, "aclrtMemset", p->memset(ptr, size, 0, size));
+      }
+      if (rc != ACL_SUCCESS) {
+        (void)aipc_py_note(p, &f, "aclrtFree", p->free(ptr));
+        ptr = NULL;
+      }
+    }
+    aipc_py_device_leave(p, &scope);
+  }
+  Py_END_ALLOW_THREADS
+
+  if (f.code != ACL_SUCCESS) return (aipc_py_allocation *)aipc_py_raise(st, &f);
+  aipc_py_allocation *a = aipc_py_allocation_create(st, AIPC_PY_OWNED, ptr, size, scope.device, NULL);
+  if (a == NULL) {
+    Py_BEGIN_ALLOW_THREADS
+    (void)aipc_py_note(p, &f, "aclrtFree", p->free(ptr));
+    Py_END_ALLOW_THREADS
+  }
+  return a;
+}
+
+/* empty() and zeros() */
+static PyObject *make_array(PyObject *module, PyObject *args, PyObject *kwargs, const char *fmt,
+                            int zero) {
+  static char *kwlist[] = {"shape", "dtype", "device", NULL};
+  aipc_py_state *st = aipc_py_state_of_module(module);
+  PyObject *shape_obj, *dtype_obj = NULL, *device_obj = Py_None, *result = NULL;
+  PyArray_Descr *dtype = NULL;
+  aipc_py_allocation *alloc = NULL;
+  Py_ssize_t shape[AIPC_PY_MAX_NDIM], strides[AIPC_PY_MAX_NDIM], count;
+  int ndim;
+  int32_t device;
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, fmt, kwlist, &shape_obj, &dtype_obj, &device_obj)) {
+    return NULL;
+  }
+  if (aipc_py_parse_shape(shape_obj, "shape", &ndim, shape) < 0) goto done;
+  if (dtype_obj == NULL) {
+    dtype = PyArray_DescrFromType(NPY_FLOAT);
+  } else {
+    dtype = aipc_py_dtype_converter(dtype_obj);
+  }
+  if (dtype == NULL) goto done;
+  if (aipc_py_parse_device(device_obj, &device) < 0) goto done;
+  if (aipc_py_c_strides(ndim, shape, PyDataType_ELSIZE(dtype), strides, &count) < 0) goto done;
+  alloc = allocate(st, device, count * PyDataType_ELSIZE(dtype), NULL, zero);
+  if (alloc == NULL) goto done;
+  result = aipc_py_array_new(st, alloc, NULL, dtype, ndim, shape, strides, 0);
+done:
+  Py_XDECREF(alloc);
+  Py_XDECREF(dtype);
+  return result;
+}
+
+PyObject *aipc_py_empty(PyObject *module, PyObject *args, PyObject *kwargs) {
+  return make_array(module, args, kwargs, "O|OO:empty", 0);
+}
+
+PyObject *aipc_py_zeros(PyObject *module, PyObject *args, PyObject *kwargs) {
+  return make_array(module, args, kwargs, "O|OO:zeros", 1);
+}
+
+PyObject *aipc_py_from_numpy(PyObject *module, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"array", "device", NULL};
+  aipc_py_state *st = aipc_py_state_of_module(module);
+  PyObject *obj, *device_obj = Py_None, *result = NULL;
+  PyArrayObject *src = NULL;
+  aipc_py_allocation *alloc = NULL;
+  Py_ssize_t strides[AIPC_PY_MAX_NDIM], count;
+  int32_t device;
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:from_numpy", kwlist, &obj, &device_obj)) return NULL;
+  if (!PyArray_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "from_numpy() needs a numpy.ndarray, not %.100s", Py_TYPE(obj)->tp_name);
+    return NULL;
+  }
+  PyArray_Descr *descr = PyArray_DESCR((PyArrayObject *)obj);
+  if (!aipc_py_dtype_supported(descr)) {
+    /* Reuse the converter's message. */
+    PyArray_Descr *d = aipc_py_dtype_converter((PyObject *)descr);
+    Py_XDECREF(d);
+    return NULL;
+  }
+  if (aipc_py_parse_device(device_obj, &device) < 0) return NULL;
+  if (PyArray_NDIM((PyArrayObject *)obj) > AIPC_PY_MAX_NDIM) {
+    PyErr_Format(PyExc_ValueError, "at most %d dimensions are supported", AIPC_PY_MAX_NDIM);
+    return NULL;
+  }
+  /* A C-contiguous, aligned copy in native byte order (no copy if it is one). */
+  PyArray_Descr *native = PyArray_DescrNewByteorder(descr, NPY_NATIVE);
+  if (native == NULL) return NULL;
+  src = (PyArrayObject *)PyArray_FromArray((PyArrayObject *)obj, native,
+                                           NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED);
+  if (src == NULL) return NULL;
+  int ndim = PyArray_NDIM(src);
+  const Py_ssize_t *shape = (const Py_ssize_t *)PyArray_DIMS(src);
+  if (aipc_py_c_strides(ndim, shape, PyArray_ITEMSIZE(src), strides, &count) < 0) goto done;
+  alloc = allocate(st, device, PyArray_NBYTES(src), PyArray_DATA(src), 0);
+  if (alloc == NULL) goto done;
+  result = aipc_py_array_new(st, alloc, NULL, PyArray_DESCR(src), ndim, shape, strides, 0);
+done:
+  Py_XDECREF(alloc);
+  Py_XDECREF(src);
+  return result;
+}
+
+/* _view_at(address, shape, strides, dtype): the DeviceArray of this process's
+ * device memory viewing those bytes, or None. ascend_ipc.torch uses it to find
+ * the memory behind a tensor. */
+PyObject *aipc_py_view_at(PyObject *module, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"address", "shape", "strides", "dtype", NULL};
+  aipc_py_state *st = aipc_py_state_of_module(module);
+  PyObject *addr_obj, *shape_obj, *strides_obj, *dtype_obj, *result = NULL;
+  PyArray_Descr *dtype = NULL;
+  Py_ssize_t shape[AIPC_PY_MAX_NDIM], strides[AIPC_PY_MAX_NDIM], lo, hi;
+  int ndim;
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:_view_at", kwlist, &addr_obj, &shape_obj,
+                                   &strides_obj, &dtype_obj)) {
+    return NULL;
+  }
+  if (!PyLong_Check(addr_obj)) {
+    PyErr_Format(PyExc_TypeError, "address must be an int, not %.100s", Py_TYPE(addr_obj)->tp_name);
+    return NULL;
+  }
+  uintptr_t addr = (uintptr_t)PyLong_AsUnsignedLongLong(addr_obj);
+  if (PyErr_Occurred()) return NULL;
+  if (aipc_py_parse_shape(shape_obj, "shape", &ndim, shape) < 0) return NULL;
+  if (aipc_py_parse_strides(strides_obj, ndim, strides) < 0) return NULL;
+  dtype = aipc_py_dtype_converter(dtype_obj);
+  if (dtype == NULL) return NULL;
+  if (aipc_py_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype), &lo, &hi) < 0) goto done;
+  if ((lo < 0 && (uintptr_t)(-lo) > addr) || (hi > 0 && (uintptr_t)hi > UINTPTR_MAX - addr)) {
+    PyErr_SetString(PyExc_ValueError, "the view wraps around the address space");
+    goto done;
+  }
+  aipc_py_allocation *alloc = aipc_py_registry_find(&st->registry, addr + lo, addr + hi);
+  if (alloc == NULL) {
+    result = Py_NewRef(Py_None);
+    goto done;
+  }
+  result = aipc_py_array_new(st, alloc, NULL, dtype, ndim, shape, strides,
+                             (Py_ssize_t)(addr - (uintptr_t)alloc->base));
+done:
+  Py_XDECREF(dtype);
+  return result;
+}
+
+/* _live_allocations(): [(base, size, device, kind), ...] of this process. */
+PyObject *aipc_py_live_allocations(PyObject *module, PyObject *unused) {
+  aipc_py_state *st = aipc_py_state_of_module(module);
+  PyObject *list = PyList_New(0);
+  if (list == NULL) return NULL;
+  for (size_t i = 0; i < st->registry.count; i++) {
+    aipc_py_allocation *a = st->registry.items[i];
+    if (a->released || aipc_py_allocation_foreign(a)) continue;
+    PyObject *t = Py_BuildValue("(KnIs)", (unsigned long long)(uintptr_t)a->base, (Py_ssize_t)a->size,
+                                (unsigned)a->device, a->kind == AIPC_PY_OWNED ? "owned" : "imported");
+    if (t == NULL || PyList_Append(list, t) < 0) {
+      Py_XDECREF(t);
+      Py_DECREF(list);
+      return NULL;
+    }
+    Py_DECREF(t);
+  }
+  return list;
+}
+
+/* ---- methods -------------------------------------------------------------- */
+
+#define SELF ((aipc_py_array *)op)
+
+static PyObject *array_numpy(PyObject *op, PyObject *unused) {
+  aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
+  const aipc_provider *p = st->provider;
+  aipc_py_allocation *alloc = aipc_py_array_checked(SELF);
+  if (alloc == NULL) return NULL;
+  PyObject *result = NULL, *staged = NULL;
+  char *tmp = NULL;
+  Py_ssize_t itemsize = PyDataType_ELSIZE(SELF->dtype), lo, hi;
+
+  Py_INCREF(SELF->dtype);
+  result = PyArray_Empty(SELF->ndim, (npy_intp *)SELF->shape, SELF->dtype, 0);
+  if (result == NULL || SELF->nbytes == 0) return result;
+  if (aipc_py_extent(SELF->ndim, SELF->shape, SELF->strides, itemsize, &lo, &hi) < 0) goto fail;
+
+  int contiguous = aipc_py_c_contiguous(SELF->ndim, SELF->shape, SELF->strides, itemsize);
+  size_t count = contiguous ? (size_t)SELF->nbytes : (size_t)(hi - lo);
+  const char *src = (const char *)alloc->base + SELF->offset + (contiguous ? 0 : lo);
+  void *dst;
+  if (contiguous) {
+    dst = PyArray_DATA((PyArrayObject *)result);
+  } else {
+    /* One copy of the bytes the view spans, then numpy gathers them. */
+    tmp = PyMem_RawMalloc(count);
+    if (tmp == NULL) {
+      PyErr_NoMemory();
+      goto fail;
+    }
+    dst = tmp;
+  }
+
+  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+  aipc_py_device_scope scope;
+  int32_t device = alloc->device;
+  Py_INCREF(alloc); /* nothing frees it while the GIL is released */
+  Py_BEGIN_ALLOW_THREADS
+  if (aipc_py_device_enter(p, &f, device, &scope) == ACL_SUCCESS) {
+    (void)aipc_py_note(p, &f, "aclrtMemcpy", p->memcpy(dst, count, src, count, ACL_MEMCPY_DEVICE_TO_HOST));
+    aipc_py_device_leave(p, &scope);
+  }
+  Py_END_ALLOW_THREADS
+  Py_DECREF(alloc);
+  if (f.code != ACL_SUCCESS) {
+    aipc_py_raise(st, &f);
+    goto fail;
+  }
+
+  if (!contiguous) {
+    Py_INCREF(SELF->dtype);
+    staged = PyArray_NewFromDescr(&PyArray_Type, SELF->dtype, SELF->ndim, (npy_intp *)SELF->shape,
+                                  (npy_intp *)SELF->strides, tmp - lo, 0, NULL);
+    if (staged == NULL) goto fail;
+    if (PyArray_CopyInto((PyArrayObject *)result, (PyArrayObject *)staged) < 0) goto fail;
+    Py_DECREF(staged);
+    PyMem_RawFree(tmp);
+  }
+  return result;
+fail:
+  Py_XDECREF(staged);
+  PyMem_RawFree(tmp);
+  Py_XDECREF(result);
+  return NULL;
+}
+
+static PyObject *array_close(PyObject *op, PyObject *unused) {
+  aipc_py_allocation *alloc = SELF->alloc;
+  if (alloc == NULL) Py_RETURN_NONE; /* closing twice is harmless */
+  SELF->alloc = NULL;                /* other threads see it closed from now on */
+  if (Py_REFCNT(alloc) == 1 && !alloc->released && !aipc_py_allocation_foreign(alloc)) {
+    /* The last user: give the memory back here, so a refusal (ASCEND_IPC_STRICT=1
+     * with importers still attached) is an exception, not a warning. */
+    aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
+    aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+    if (aipc_py_allocation_release(st, alloc, &f) < 0) {
+      if (SELF->alloc == NULL) {
+        SELF->alloc = alloc; /* still open: the user can fix the order and retry */
+      } else {
+        Py_DECREF(alloc);
+      }
+      return aipc_py_raise(st, &f);
+    }
+  }
+  Py_DECREF(alloc);
+  Py_RETURN_NONE;
+}
+
+static PyObject *array_enter(PyObject *op, PyObject *unused) {
+  if (aipc_py_array_checked(SELF) == NULL) return NULL;
+  return Py_NewRef(op);
+}
+
+static PyObject *array_exit(PyObject *op, PyObject *args) { return array_close(op, NULL); }
+
+static PyObject *array_is_contiguous(PyObject *op, PyObject *unused) {
+  return PyBool_FromLong(
+      aipc_py_c_contiguous(SELF->ndim, SELF->shape, SELF->strides, PyDataType_ELSIZE(SELF->dtype)));
+}
+
+static PyObject *array_reduce(PyObject *op, PyObject *unused) {
+  PyErr_SetString(PyExc_TypeError,
+                  "a DeviceArray cannot be pickled: export it (h = ascend_ipc.export(a)) and send the "
+                  "IpcHandle; the receiver calls h.open()");
+  return NULL;
+}
+
+/* ---- indexing ----------------------------------------------------------------
+ *
+ * Basic indexing only (ints, slices, Ellipsis, None): numpy does the index
+ * arithmetic on an ndarray that has this view's shape and strides but points at
+ * a dummy byte, so device memory is never touched; the result's shape, strides
+ * and data pointer give the new view. An Ellipsis is appended so numpy always
+ * returns a view, never reads an element. */
+
+static char index_dummy[64] __attribute__((aligned(64)));
+
+static int basic_index_item(PyObject *item, int *ellipses) {
+  if (item == Py_Ellipsis) {
+    (*ellipses)++;
+    return 0;
+  }
+  if (item == Py_None || PySlice_Check(item)) return 0;
+  if (PyBool_Check(item) || PyArray_IsScalar(item, Bool)) {
+    PyErr_SetString(PyExc_TypeError,
+                    "DeviceArray indices cannot be booleans (a boolean mask would copy; use numpy())");
+    return -1;
+  }
+  if (PyIndex_Check(item) && !PyArray_Check(item)) return 0;
+  PyErr_Format(PyExc_TypeError,
+               "DeviceArray supports basic indexing only (ints, slices, ..., None), not %.100s",
+               Py_TYPE(item)->tp_name);
+  return -1;
+}
+
+static PyObject *array_subscript(PyObject *op, PyObject *key) {
+  aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
+  aipc_py_allocation *alloc = aipc_py_array_checked(SELF);
+  if (alloc == NULL) return NULL;
+  PyObject *items = NULL, *dummy = NULL, *view = NULL, *result = NULL;
+  int ellipses = 0;
+
+  if (PyTuple_Check(key)) {
+    Py_ssize_t n = PyTuple_GET_SIZE(key);
+    for (Py_ssize_t i = 0; i < n; i++) {
+      if (basic_index_item(PyTuple_GET_ITEM(key, i), &ellipses) < 0) return NULL;
+    }
+    if (ellipses) {
+      items = Py_NewRef(key);
+    } else {
+      items = PyTuple_New(n + 1);
+      if (items == NULL) goto done;
+      for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(items, i, Py_NewRef(PyTuple_GET_ITEM(key, i)));
+      PyTuple_SET_ITEM(items, n, Py_NewRef(Py_Ellipsis));
+    }
+  } else {
+    if (basic_index_item(key, &ellipses) < 0) return NULL;
+    items = ellipses ? PyTuple_Pack(1, key) : PyTuple_Pack(2, key, Py_Ellipsis);
+  }
+  if (items == NULL) goto done;
+
+  Py_INCREF(SELF->dtype);
+  dummy = PyArray_NewFromDescr(&PyArray_Type, SELF->dtype, SELF->ndim, (npy_intp *)SELF->shape,
+                               (npy_intp *)SELF->strides, index_dummy, 0 /* read-only */, NULL);
+  if (dummy == NULL) goto done;
+  view = PyObject_GetItem(dummy, items);
+  if (view == NULL) goto done;
+  if (!PyArray_Check(view)) {
+    PyErr_SetString(PyExc_TypeError, "index did not produce a view");
+    goto done;
+  }
+  PyArrayObject *v = (PyArrayObject *)view;
+  Py_ssize_t delta = (Py_ssize_t)((char *)PyArray_DATA(v) - index_dummy);
+  result = aipc_py_array_new(st, alloc, op, SELF->dtype, PyArray_NDIM(v), (Py_ssize_t *)PyArray_DIMS(v),
+                             (Py_ssize_t *)PyArray_STRIDES(v), SELF->offset + delta);
+done:
+  Py_XDECREF(view);
+  Py_XDECREF(dummy);
+  Py_XDECREF(items);
+  return result;
+}
+
+static Py_ssize_t array_length(PyObject *op) {
+  if (SELF->ndim == 0) {
+    PyErr_SetString(PyExc_TypeError, "len() of a 0-d DeviceArray");
+    return -1;
+  }
+  return SELF->shape[0];
+}
+
+/* ---- attributes ----------------------------------------------------------- */
+
+static PyObject *get_shape(PyObject *op, void *c) { return aipc_py_tuple(SELF->ndim, SELF->shape); }
+static PyObject *get_strides(PyObject *op, void *c) { return aipc_py_tuple(SELF->ndim, SELF->strides); }
+static PyObject *get_dtype(PyObject *op, void *c) { return Py_NewRef((PyObject *)SELF->dtype); }
+static PyObject *get_ndim(PyObject *op, void *c) { return PyLong_FromLong(SELF->ndim); }
+static PyObject *get_nbytes(PyObject *op, void *c) { return PyLong_FromSsize_t(SELF->nbytes); }
+static PyObject *get_itemsize(PyObject *op, void *c) {
+  return PyLong_FromSsize_t(PyDataType_ELSIZE(SELF->dtype));
+}
+static PyObject *get_size(PyObject *op, void *c) {
+  Py_ssize_t n = 1;
+  for (int i = 0; i < SELF->ndim; i++) n *= SELF->shape[i];
+  return PyLong_FromSsize_t(n);
+}
+static PyObject *get_device(PyObject *op, void *c) { return PyLong_FromLong(SELF->device); }
+static PyObject *get_offset(PyObject *op, void *c) { return PyLong_FromSsize_t(SELF->offset); }
+static PyObject *get_closed(PyObject *op, void *c) { return PyBool_FromLong(SELF->alloc == NULL); }
+static PyObject *get_is_import(PyObject *op, void *c) { return PyBool_FromLong(SELF->imported); }
+static PyObject *get_base(PyObject *op, void *c) { return Py_NewRef(SELF->base ? SELF->base : Py_None); }
+static PyObject *get_data_ptr(PyObject *op, void *c) {
+  if (aipc_py_array_checked(SELF) == NULL) return NULL;
+  return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)SELF->data);
+}
+static PyObject *get_allocation_size(PyObject *op, void *c) {
+  aipc_py_allocation *alloc = aipc_py_array_checked(SELF);
+  if (alloc == NULL) return NULL;
+  return PyLong_FromSize_t(alloc->size);
+}
+
+static PyGetSetDef array_getset[] = {
+    {"shape", get_shape, NULL, "Tuple of dimensions.", NULL},
+    {"strides", get_strides, NULL, "Tuple of byte steps per dimension (numpy convention).", NULL},
+    {"dtype", get_dtype, NULL, "Element type (numpy.dtype).", NULL},
+    {"ndim", get_ndim, NULL, "Number of dimensions.", NULL},
+    {"nbytes", get_nbytes, NULL, "Bytes of the elements (itemsize * size).", NULL},
+    {"itemsize", get_itemsize, NULL, "Bytes per element.", NULL},
+    {"size", get_size, NULL, "Number of elements.", NULL},
+    {"device", get_device, NULL, "Device the memory is on (for an import: the exporter's).", NULL},
+    {"offset", get_offset, NULL, "Byte offset of element 0 from the start of the allocation.", NULL},
+    {"closed", get_closed, NULL, "True after close().", NULL},
+    {"is_import", get_is_import, NULL, "True if the memory was imported with IpcHandle.open().", NULL},
+    {"base", get_base, NULL, "The DeviceArray this view was sliced from, or None.", NULL},
+    {"data_ptr", get_data_ptr, NULL, "Device address (CANN pointer) of element 0, as an int.", NULL},
+    {"allocation_size", get_allocation_size, NULL,
+     "Bytes of the underlying allocation (page-rounded; what an export covers).", NULL},
+    {NULL},
+};
+
+static PyMethodDef array_methods[] = {
+    {"numpy", array_numpy, METH_NOARGS,
+     "numpy() -> numpy.ndarray\n\nA C-contiguous host copy (device-to-host aclrtMemcpy)."},
+    {"close", array_close, METH_NOARGS,
+     "close()\n\nDrops this array's claim on its memory; the memory is given back once nothing\n"
+     "else (views, handles, DLPack consumers) uses it. Closing twice is harmless."},
+    {"is_contiguous", array_is_contiguous, METH_NOARGS, "is_contiguous() -> bool (C order)"},
+    {"__enter__", array_enter, METH_NOARGS, NULL},
+    {"__exit__", array_exit, METH_VARARGS, NULL},
+    {"__reduce__", array_reduce, METH_NOARGS, NULL},
+    {"__dlpack__", (PyCFunction)(void (*)(void))aipc_py_array_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) -> PyCapsule"},
+    {"__dlpack_device__", aipc_py_array_dlpack_device, METH_NOARGS,
+     "__dlpack_device__() -> (device_type, device_id)"},
+    {NULL},
+};
+
+static PyObject *array_repr(PyObject *op) {
+  PyObject *shape = aipc_py_tuple(SELF->ndim, SELF->shape);
+  if (shape == NULL) return NULL;
+  const char *state = SELF->alloc == NULL                                ? ", closed"
+                      : aipc_py_allocation_foreign(SELF->alloc)         ? ", inherited across fork"
+                      : "";
+  PyObject *r = PyUnicode_FromFormat("DeviceArray(shape=%R, dtype=%R, device=%d, ptr=%p, %s%s)", shape,
+                                     (PyObject *)SELF->dtype, (int)SELF->device, SELF->data,
+                                     SELF->imported ? "imported" : "owned", state);
+  Py_DECREF(shape);
+  return r;
+}
+
+static int array_traverse(PyObject *op, visitproc visit, void *arg) {
+  Py_VISIT(Py_TYPE(op));
+  Py_VISIT(SELF->alloc);
+  Py_VISIT(SELF->base);
+  Py_VISIT(SELF->dtype);
+  return 0;
+}
+
+static int array_clear(PyObject *op) {
+  Py_CLEAR(SELF->base);
+  Py_CLEAR(SELF->alloc);
+  return 0;
+}
+
+static void array_dealloc(PyObject *op) {
+  PyTypeObject *tp = Py_TYPE(op);
+  PyObject_GC_UnTrack(op);
+  (void)array_clear(op);
+  Py_CLEAR(SELF->dtype);
+  PyMem_Free(SELF->shape);
+  tp->tp_free(op);
+  Py_DECREF(tp);
+}
+
+static const char array_doc[] =
+    "DeviceArray: an n-dimensional view of device memory, owned or imported.\n"
+    "\n"
+    "Made by ascend_ipc.empty(), zeros(), from_numpy() and IpcHandle.open(); not\n"
+    "instantiable directly. Supports basic slicing (views share the memory),\n"
+    "numpy() (a host copy), the DLPack protocol (zero-copy into numpy and torch),\n"
+    "close() and the context manager protocol.";
+
+static PyType_Slot array_slots[] = {
+    {Py_tp_doc, (void *)array_doc},
+    {Py_tp_dealloc, array_dealloc},
+    {Py_tp_traverse, array_traverse},
+    {Py_tp_clear, array_clear},
+    {Py_tp_repr, array_repr},
+    {Py_tp_methods, array_methods},
+    {Py_tp_getset, array_getset},
+    {Py_mp_subscript, array_subscript},
+    {Py_mp_length, array_length},
+    {0, NULL},
+};
+
+static PyType_Spec array_spec = {
+    .name = "ascend_ipc._C.DeviceArray",
+    .basicsize = sizeof(aipc_py_array),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = array_slots,
+};
+
+int aipc_py_array_init_type(PyObject *module, aipc_py_state *st) {
+  st->array_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &array_spec, NULL);
+  if (st->array_type == NULL) return -1;
+  return PyModule_AddType(module, st->array_type);
+}

@@ -1,0 +1,196 @@
+/*
+ * The DLPack protocol of DeviceArray: __dlpack__ and __dlpack_device__.
+ *
+ * A capsule owns one manager context: the DLManagedTensor[Versioned] itself,
+ * its shape and strides, and strong references to the DeviceArray and to its
+ * allocation, so the memory outlives the capsule and its consumer even if the
+ * array is closed meanwhile. The deleter drops them exactly once: the
+ * capsule's destructor calls it if no consumer took the capsule (its name is
+ * still "dltensor[_versioned]"), else the consumer does, from any thread.
+ */
+#include <string.h>
+
+#include "devicearray.h"
+#include "dlpack_abi.h"
+#include "dtype.h"
+
+typedef struct dlpack_ctx {
+  union {
+    aipc_DLManagedTensor legacy;
+    aipc_DLManagedTensorVersioned versioned;
+  } m;
+  PyObject *array;
+  PyObject *alloc;
+  int64_t dims[]; /* shape, then strides (in elements); at least one slot each */
+} dlpack_ctx;
+
+static void ctx_release(dlpack_ctx *ctx) {
+  /* The interpreter may be gone if a consumer frees its tensor at exit from a
+   * thread of its own; then the references die with the process. */
+  if (Py_IsInitialized()) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    Py_CLEAR(ctx->array);
+    Py_CLEAR(ctx->alloc);
+    PyErr_Restore(type, value, tb);
+    PyGILState_Release(gil);
+  }
+  PyMem_RawFree(ctx);
+}
+
+static void deleter_legacy(aipc_DLManagedTensor *m) {
+  if (m != NULL) ctx_release((dlpack_ctx *)m->manager_ctx);
+}
+
+static void deleter_versioned(aipc_DLManagedTensorVersioned *m) {
+  if (m != NULL) ctx_release((dlpack_ctx *)m->manager_ctx);
+}
+
+static void capsule_destructor_legacy(PyObject *capsule) {
+  if (!PyCapsule_IsValid(capsule, AIPC_DLPACK_CAPSULE_LEGACY)) return; /* consumed */
+  aipc_DLManagedTensor *m = PyCapsule_GetPointer(capsule, AIPC_DLPACK_CAPSULE_LEGACY);
+  if (m != NULL && m->deleter != NULL) m->deleter(m);
+}
+
+static void capsule_destructor_versioned(PyObject *capsule) {
+  if (!PyCapsule_IsValid(capsule, AIPC_DLPACK_CAPSULE_VERSIONED)) return; /* consumed */
+  aipc_DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, AIPC_DLPACK_CAPSULE_VERSIONED);
+  if (m != NULL && m->deleter != NULL) m->deleter(m);
+}
+
+/* (device_type, device_id) of the array's memory in DLPack terms. On a
+ * host-visible provider (the emulator) that is the CPU, whose only device id
+ * is 0; otherwise the provider's type with the CANN device id. */
+static void dl_device_of(aipc_py_state *st, aipc_py_array *a, int *type, int *id) {
+  *type = st->provider->dlpack_device_type;
+  *id = *type == AIPC_DL_CPU ? 0 : (int)a->device;
+}
+
+PyObject *aipc_py_array_dlpack_device(PyObject *self, PyObject *unused) {
+  aipc_py_state *st = aipc_py_state_of(Py_TYPE(self));
+  int type, id;
+  dl_device_of(st, (aipc_py_array *)self, &type, &id);
+  return Py_BuildValue("(ii)", type, id);
+}
+
+static int parse_int_pair(PyObject *obj, const char *what, long *a, long *b) {
+  if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) {
+    PyErr_Format(PyExc_TypeError, "%s must be a tuple of two ints, not %.100s", what, Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  *a = PyLong_AsLong(PyTuple_GET_ITEM(obj, 0));
+  if (*a == -1 && PyErr_Occurred()) return -1;
+  *b = PyLong_AsLong(PyTuple_GET_ITEM(obj, 1));
+  if (*b == -1 && PyErr_Occurred()) return -1;
+  return 0;
+}
+
+PyObject *aipc_py_array_dlpack(PyObject *self_obj, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+  aipc_py_array *self = (aipc_py_array *)self_obj;
+  aipc_py_state *st = aipc_py_state_of(Py_TYPE(self_obj));
+  PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOO:__dlpack__", kwlist, &stream, &max_version,
+                                   &dl_device, &copy)) {
+    return NULL;
+  }
+  aipc_py_allocation *alloc = aipc_py_array_checked(self);
+  if (alloc == NULL) return NULL;
+
+  int dev_type, dev_id;
+  dl_device_of(st, self, &dev_type, &dev_id);
+
+  /* stream: this memory has no stream semantics the consumer could ask us to
+   * order against (copies of the emulator are synchronous); None, or -1
+   * ("no synchronization"), is all that can be honoured. */
+  if (stream != Py_None) {
+    long s = PyLong_Check(stream) ? PyLong_AsLong(stream) : 0;
+    if (s == -1 && PyErr_Occurred()) return NULL;
+    if (!PyLong_Check(stream) || s != -1) {
+      PyErr_Format(PyExc_BufferError,
+                   "__dlpack__: stream must be None (or -1) for DLPack device type %d, got %R", dev_type,
+                   stream);
+      return NULL;
+    }
+  }
+  int versioned = 0;
+  if (max_version != Py_None) {
+    long major, minor;
+    if (parse_int_pair(max_version, "max_version", &major, &minor) < 0) return NULL;
+    versioned = major >= 1;
+  }
+  if (dl_device != Py_None) {
+    long type, id;
+    if (parse_int_pair(dl_device, "dl_device", &type, &id) < 0) return NULL;
+    if (type != dev_type || id != dev_id) {
+      PyErr_Format(PyExc_BufferError,
+                   "__dlpack__: the array is on DLPack device (%d, %d) and cannot be exported to "
+                   "(%ld, %ld) without a copy",
+                   dev_type, dev_id, type, id);
+      return NULL;
+    }
+  }
+  if (copy != Py_None) {
+    if (!PyBool_Check(copy)) {
+      PyErr_Format(PyExc_TypeError, "__dlpack__: copy must be None, True or False, not %.100s",
+                   Py_TYPE(copy)->tp_name);
+      return NULL;
+    }
+    if (copy == Py_True) {
+      PyErr_SetString(PyExc_BufferError,
+                      "__dlpack__: copy=True is not supported: the capsule always shares the device "
+                      "memory (use DeviceArray.numpy() for a host copy)");
+      return NULL;
+    }
+  }
+
+  Py_ssize_t itemsize = PyDataType_ELSIZE(self->dtype);
+  int ndim = self->ndim;
+  for (int i = 0; i < ndim; i++) {
+    if (self->strides[i] % itemsize != 0) {
+      PyErr_SetString(PyExc_BufferError,
+                      "__dlpack__: a stride is not a multiple of the item size; DLPack counts strides in "
+                      "elements");
+      return NULL;
+    }
+  }
+
+  int slots = ndim > 0 ? ndim : 1;
+  dlpack_ctx *ctx = PyMem_RawCalloc(1, sizeof(dlpack_ctx) + 2 * (size_t)slots * sizeof(int64_t));
+  if (ctx == NULL) return PyErr_NoMemory();
+  int64_t *shape = ctx->dims, *strides = ctx->dims + slots;
+  for (int i = 0; i < ndim; i++) {
+    shape[i] = (int64_t)self->shape[i];
+    strides[i] = (int64_t)(self->strides[i] / itemsize);
+  }
+  aipc_DLTensor *t = versioned ? &ctx->m.versioned.dl_tensor : &ctx->m.legacy.dl_tensor;
+  t->data = (char *)alloc->base + self->offset;
+  t->device.device_type = (aipc_DLDeviceType)dev_type;
+  t->device.device_id = dev_id;
+  t->ndim = ndim;
+  t->dtype = aipc_py_dtype_dlpack(self->dtype);
+  t->shape = shape;
+  t->strides = strides;
+  t->byte_offset = 0;
+  ctx->array = Py_NewRef(self_obj);
+  ctx->alloc = Py_NewRef((PyObject *)alloc);
+
+  PyObject *capsule;
+  if (versioned) {
+    ctx->m.versioned.version.major = AIPC_DLPACK_MAJOR_VERSION;
+    ctx->m.versioned.version.minor = AIPC_DLPACK_MINOR_VERSION;
+    ctx->m.versioned.manager_ctx = ctx;
+    ctx->m.versioned.deleter = deleter_versioned;
+    ctx->m.versioned.flags = 0; /* writable, not a copy */
+    capsule = PyCapsule_New(&ctx->m.versioned, AIPC_DLPACK_CAPSULE_VERSIONED, capsule_destructor_versioned);
+    if (capsule == NULL) deleter_versioned(&ctx->m.versioned);
+  } else {
+    ctx->m.legacy.manager_ctx = ctx;
+    ctx->m.legacy.deleter = deleter_legacy;
+    capsule = PyCapsule_New(&ctx->m.legacy, AIPC_DLPACK_CAPSULE_LEGACY, capsule_destructor_legacy);
+    if (capsule == NULL) deleter_legacy(&ctx->m.legacy);
+  }
+  return capsule;
+}

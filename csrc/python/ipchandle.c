@@ -1,0 +1,643 @@
+/* IpcHandle and export(). */
+#include "ipchandle.h"
+
+#include <string.h>
+
+#include "devicearray.h"
+#include "dtype.h"
+
+#define SELF ((aipc_py_handle *)op)
+
+/* ---- construction ------------------------------------------------------- */
+
+static int check_key(PyObject *obj, char out[AIPC_PY_KEY_LEN]) {
+  if (!PyUnicode_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "key must be a str, not %.100s", Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  Py_ssize_t n;
+  const char *s = PyUnicode_AsUTF8AndSize(obj, &n);
+  if (s == NULL) return -1;
+  if (n < 1 || n > AIPC_PY_KEY_LEN - 1) {
+    PyErr_Format(PyExc_ValueError, "key must have 1 to %d characters, not %zd", AIPC_PY_KEY_LEN - 1, n);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c < 0x21 || c > 0x7e) {
+      PyErr_SetString(PyExc_ValueError, "key must be printable ASCII without spaces");
+      return -1;
+    }
+  }
+  memset(out, 0, AIPC_PY_KEY_LEN);
+  memcpy(out, s, (size_t)n);
+  return 0;
+}
+
+/* A handle with every field set; takes new references to dtype, torch_dtype
+ * and alloc (which may be NULL). Validates the view against size. */
+static PyObject *handle_build(aipc_py_state *st, const char *key, aipc_py_allocation *alloc,
+                              PyArray_Descr *dtype, PyObject *torch_dtype, int ndim,
+                              const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t offset,
+                              Py_ssize_t size, int32_t device, long pid) {
+  Py_ssize_t itemsize = PyDataType_ELSIZE(dtype), lo, hi, count = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (__builtin_mul_overflow(count, shape[i], &count)) {
+      PyErr_SetString(PyExc_ValueError, "shape is too big");
+      return NULL;
+    }
+  }
+  if (__builtin_mul_overflow(count, itemsize, &count)) {
+    PyErr_SetString(PyExc_ValueError, "shape is too big");
+    return NULL;
+  }
+  if (aipc_py_extent(ndim, shape, strides, itemsize, &lo, &hi) < 0) return NULL;
+  int inside = count > 0 ? (offset >= -lo && offset <= size - hi) : (offset >= 0 && offset <= size);
+  if (size <= 0 || !inside) {
+    PyErr_Format(PyExc_ValueError,
+                 "the view (offset %zd, bytes [%zd, %zd) around it) does not fit in the exported %zd bytes",
+                 offset, lo, hi, size);
+    return NULL;
+  }
+
+  aipc_py_handle *h = (aipc_py_handle *)st->handle_type->tp_alloc(st->handle_type, 0);
+  if (h == NULL) return NULL;
+  if (ndim > 0) {
+    h->shape = PyMem_Malloc(2 * (size_t)ndim * sizeof(Py_ssize_t));
+    if (h->shape == NULL) {
+      Py_DECREF(h);
+      return PyErr_NoMemory();
+    }
+    h->strides = h->shape + ndim;
+    memcpy(h->shape, shape, (size_t)ndim * sizeof(Py_ssize_t));
+    memcpy(h->strides, strides, (size_t)ndim * sizeof(Py_ssize_t));
+  }
+  memcpy(h->key, key, AIPC_PY_KEY_LEN);
+  h->key[AIPC_PY_KEY_LEN - 1] = '\0';
+  h->ndim = ndim;
+  Py_XINCREF(alloc);
+  h->alloc = alloc;
+  Py_INCREF(dtype);
+  h->dtype = dtype;
+  Py_XINCREF(torch_dtype);
+  h->torch_dtype = torch_dtype;
+  h->offset = offset;
+  h->nbytes = count;
+  h->size = size;
+  h->device = device;
+  h->pid = pid;
+  return (PyObject *)h;
+}
+
+static int check_torch_dtype(PyObject *obj) {
+  if (obj != NULL && obj != Py_None && !PyUnicode_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "torch_dtype must be None or a str such as 'bfloat16', not %.100s",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  return 0;
+}
+
+/* IpcHandle(key, size, dtype='uint8', shape=None, strides=None, offset=0,
+ *           device=0, pid=0, torch_dtype=None) */
+static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"key",    "size",   "dtype", "shape",       "strides",
+                           "offset", "device", "pid",   "torch_dtype", NULL};
+  aipc_py_state *st = aipc_py_state_of(type);
+  PyObject *key_obj, *dtype_obj = NULL, *shape_obj = Py_None, *strides_obj = Py_None;
+  PyObject *torch_dtype = Py_None, *result = NULL;
+  Py_ssize_t size, offset = 0;
+  int device = 0;
+  long pid = 0;
+  char key[AIPC_PY_KEY_LEN];
+  Py_ssize_t shape[AIPC_PY_MAX_NDIM], strides[AIPC_PY_MAX_NDIM], count;
+  int ndim;
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On|OOOnilO:IpcHandle", kwlist, &key_obj, &size,
+                                   &dtype_obj, &shape_obj, &strides_obj, &offset, &device, &pid,
+                                   &torch_dtype)) {
+    return NULL;
+  }
+  if (check_key(key_obj, key) < 0) return NULL;
+  if (size <= 0) {
+    PyErr_Format(PyExc_ValueError, "size must be positive, not %zd", size);
+    return NULL;
+  }
+  if (offset < 0) {
+    PyErr_Format(PyExc_ValueError, "offset must not be negative, not %zd", offset);
+    return NULL;
+  }
+  if (device < 0) {
+    PyErr_Format(PyExc_ValueError, "device must not be negative, not %d", device);
+    return NULL;
+  }
+  if (check_torch_dtype(torch_dtype) < 0) return NULL;
+  PyArray_Descr *dtype = dtype_obj == NULL ? PyArray_DescrFromType(NPY_UBYTE) : aipc_py_dtype_converter(dtype_obj);
+  if (dtype == NULL) return NULL;
+  Py_ssize_t itemsize = PyDataType_ELSIZE(dtype);
+  if (shape_obj == Py_None) {
+    if (strides_obj != Py_None) {
+      PyErr_SetString(PyExc_ValueError, "strides needs shape");
+      goto done;
+    }
+    ndim = 1;
+    shape[0] = offset <= size ? (size - offset) / itemsize : 0;
+  } else if (aipc_py_parse_shape(shape_obj, "shape", &ndim, shape) < 0) {
+    goto done;
+  }
+  if (strides_obj == Py_None) {
+    if (aipc_py_c_strides(ndim, shape, itemsize, strides, &count) < 0) goto done;
+  } else if (aipc_py_parse_strides(strides_obj, ndim, strides) < 0) {
+    goto done;
+  }
+  result = handle_build(st, key, NULL, dtype, torch_dtype == Py_None ? NULL : torch_dtype, ndim, shape,
+                        strides, offset, size, (int32_t)device, pid);
+done:
+  Py_DECREF(dtype);
+  return result;
+}
+
+/* ---- export ------------------------------------------------------------- */
+
+static int parse_link(PyObject *obj, int *link) {
+  static const struct {
+    const char *name;
+    int value;
+  } links[] = {
+      {"sio", ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO},
+      {"hccs", ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS},
+      {"ub_one_port", ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_ONE_PORT_PATH},
+      {"ub_multi_port", ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_MULTI_PORT_PATH},
+  };
+  *link = AIPC_PY_LINK_NONE;
+  if (obj == Py_None) return 0;
+  if (!PyUnicode_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "link must be None or a str, not %.100s", Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+    if (PyUnicode_CompareWithASCIIString(obj, links[i].name) == 0) {
+      *link = links[i].value;
+      return 0;
+    }
+  }
+  PyErr_Format(PyExc_ValueError, "link must be None, 'sio', 'hccs', 'ub_one_port' or 'ub_multi_port', not %R",
+               obj);
+  return -1;
+}
+
+/* A PyMem array of the pids in seq (a sequence of ints); *n its length. */
+static int32_t *parse_pids(PyObject *obj, Py_ssize_t *n) {
+  if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyLong_Check(obj) || !PySequence_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "pids must be None or a sequence of process ids, not %.100s",
+                 Py_TYPE(obj)->tp_name);
+    return NULL;
+  }
+  PyObject *seq = PySequence_Fast(obj, "pids must be a sequence of process ids");
+  if (seq == NULL) return NULL;
+  *n = PySequence_Fast_GET_SIZE(seq);
+  int32_t *pids = PyMem_Malloc(((size_t)*n + 1) * sizeof(int32_t));
+  if (pids == NULL) {
+    Py_DECREF(seq);
+    return (int32_t *)PyErr_NoMemory();
+  }
+  for (Py_ssize_t i = 0; i < *n; i++) {
+    PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+    if (!PyLong_Check(item) || PyBool_Check(item)) {
+      PyErr_Format(PyExc_TypeError, "a pid must be an int, not %.100s", Py_TYPE(item)->tp_name);
+      goto fail;
+    }
+    long v = PyLong_AsLong(item);
+    if (v == -1 && PyErr_Occurred()) goto fail;
+    if (v < INT32_MIN || v > INT32_MAX) {
+      PyErr_Format(PyExc_OverflowError, "pid %ld does not fit in int32", v);
+      goto fail;
+    }
+    pids[i] = (int32_t)v;
+  }
+  Py_DECREF(seq);
+  return pids;
+fail:
+  Py_DECREF(seq);
+  PyMem_Free(pids);
+  return NULL;
+}
+
+PyObject *aipc_py_export(PyObject *module, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"array", "pids", "link", "torch_dtype", NULL};
+  aipc_py_state *st = aipc_py_state_of_module(module);
+  const aipc_provider *p = st->provider;
+  PyObject *array_obj, *pids_obj = Py_None, *link_obj = Py_None, *torch_dtype = Py_None, *result = NULL;
+  int32_t *pids = NULL;
+  Py_ssize_t npids = 0;
+  int link;
+  char key[AIPC_PY_KEY_LEN];
+  aipc_py_allocation *alloc = NULL;
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO$O:export", kwlist, &array_obj, &pids_obj, &link_obj,
+                                   &torch_dtype)) {
+    return NULL;
+  }
+  if (Py_TYPE(array_obj) != st->array_type) {
+    PyErr_Format(PyExc_TypeError, "export() needs a DeviceArray, not %.100s", Py_TYPE(array_obj)->tp_name);
+    return NULL;
+  }
+  aipc_py_array *a = (aipc_py_array *)array_obj;
+  if (aipc_py_array_checked(a) == NULL) return NULL;
+  if (parse_link(link_obj, &link) < 0) return NULL;
+  if (check_torch_dtype(torch_dtype) < 0) return NULL;
+  if (pids_obj != Py_None) {
+    pids = parse_pids(pids_obj, &npids);
+    if (pids == NULL) return NULL;
+  }
+  uint64_t flags = pids_obj == Py_None ? ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
+                                       : ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT;
+  alloc = (aipc_py_allocation *)Py_NewRef((PyObject *)a->alloc); /* alive across the GIL release */
+
+  /* Without a whitelist one export per allocation serves every view. */
+  aipc_py_export_rec *rec =
+      flags == ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION ? aipc_py_allocation_find_export(alloc, flags, link)
+                                                                  : NULL;
+  if (rec != NULL) {
+    memcpy(key, rec->key, sizeof key);
+  } else {
+    aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+    void *base = alloc->base;
+    size_t size = alloc->size;
+    memset(key, 0, sizeof key);
+    Py_BEGIN_ALLOW_THREADS
+    if (aipc_py_note(p, &f, "aclrtIpcMemGetExportKey", p->ipc_get_export_key(base, size, key, sizeof key, flags)) ==
+        ACL_SUCCESS) {
+      aclError rc = ACL_SUCCESS;
+      if (npids > 0) {
+        rc = aipc_py_note(p, &f, "aclrtIpcMemSetImportPid", p->ipc_set_import_pid(key, pids, (size_t)npids));
+      }
+      if (rc == ACL_SUCCESS && link != AIPC_PY_LINK_NONE) {
+        rc = aipc_py_note(p, &f, "aclrtIpcMemSetAttr",
+                          p->ipc_set_attr(key, ACL_RT_IPC_MEM_ATTR_ACCESS_LINK, (uint64_t)link));
+      }
+      if (rc != ACL_SUCCESS) (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
+    }
+    Py_END_ALLOW_THREADS
+    if (f.code != ACL_SUCCESS) {
+      aipc_py_raise(st, &f);
+      goto done;
+    }
+    if (aipc_py_allocation_add_export(alloc, key, flags, link) < 0) {
+      Py_BEGIN_ALLOW_THREADS
+      (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
+      Py_END_ALLOW_THREADS
+      goto done;
+    }
+  }
+  result = handle_build(st, key, alloc, a->dtype, torch_dtype == Py_None ? NULL : torch_dtype, a->ndim, a->shape,
+                        a->strides, a->offset, (Py_ssize_t)alloc->size, alloc->device, aipc_py_pid());
+done:
+  Py_XDECREF(alloc);
+  PyMem_Free(pids);
+  return result;
+}
+
+/* ---- methods -------------------------------------------------------------- */
+
+/* This object is the exporter's handle, in the exporting process. */
+static int is_exporter(aipc_py_handle *h) {
+  return h->alloc != NULL && !aipc_py_allocation_foreign(h->alloc) && h->pid == aipc_py_pid();
+}
+
+static int is_closed(aipc_py_handle *h) {
+  if (h->closed) return 1;
+  /* Another handle of the same export may have ended it. */
+  return is_exporter(h) && aipc_py_allocation_export_by_key(h->alloc, h->key) == NULL;
+}
+
+static int check_open(aipc_py_handle *h) {
+  if (is_closed(h)) {
+    PyErr_SetString(PyExc_ValueError, "IpcHandle is closed");
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *handle_open(PyObject *op, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"device", NULL};
+  aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
+  const aipc_provider *p = st->provider;
+  PyObject *device_obj = Py_None, *result = NULL;
+  int32_t device;
+  char key[AIPC_PY_KEY_LEN];
+  void *ptr = NULL;
+  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+  aipc_py_device_scope scope;
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:open", kwlist, &device_obj)) return NULL;
+  if (check_open(SELF) < 0) return NULL;
+  if (aipc_py_parse_device(device_obj, &device) < 0) return NULL;
+  memcpy(key, SELF->key, sizeof key);
+  int32_t mem_device = SELF->device;
+
+  Py_BEGIN_ALLOW_THREADS
+  if (aipc_py_device_enter(p, &f, device, &scope) == ACL_SUCCESS) {
+    uint64_t flags = scope.device == mem_device ? ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT
+                                                : ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS;
+    (void)aipc_py_note(p, &f, "aclrtIpcMemImportByKey", p->ipc_import_by_key(&ptr, key, flags));
+    aipc_py_device_leave(p, &scope);
+  }
+  Py_END_ALLOW_THREADS
+  if (f.code != ACL_SUCCESS) return aipc_py_raise(st, &f);
+
+  aipc_py_allocation *alloc =
+      aipc_py_allocation_create(st, AIPC_PY_IMPORTED, ptr, (size_t)SELF->size, mem_device, key);
+  if (alloc == NULL) {
+    Py_BEGIN_ALLOW_THREADS
+    (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
+    Py_END_ALLOW_THREADS
+    return NULL;
+  }
+  result = aipc_py_array_new(st, alloc, NULL, SELF->dtype, SELF->ndim, SELF->shape, SELF->strides, SELF->offset);
+  Py_DECREF(alloc); /* on failure this closes the import */
+  return result;
+}
+
+static PyObject *handle_open_torch(PyObject *op, PyObject *args, PyObject *kwargs) {
+  PyObject *mod = PyImport_ImportModule("ascend_ipc.torch");
+  if (mod == NULL) return NULL;
+  PyObject *fn = PyObject_GetAttrString(mod, "_open_torch");
+  Py_DECREF(mod);
+  if (fn == NULL) return NULL;
+  PyObject *full = NULL, *result = NULL;
+  Py_ssize_t n = args ? PyTuple_GET_SIZE(args) : 0;
+  full = PyTuple_New(n + 1);
+  if (full != NULL) {
+    PyTuple_SET_ITEM(full, 0, Py_NewRef(op));
+    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(full, i + 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+    result = PyObject_Call(fn, full, kwargs);
+    Py_DECREF(full);
+  }
+  Py_DECREF(fn);
+  return result;
+}
+
+static PyObject *handle_close(PyObject *op, PyObject *unused) {
+  aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
+  const aipc_provider *p = st->provider;
+  if (SELF->closed) Py_RETURN_NONE;
+  if (is_exporter(SELF) && aipc_py_allocation_export_by_key(SELF->alloc, SELF->key) != NULL) {
+    aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+    char key[AIPC_PY_KEY_LEN];
+    memcpy(key, SELF->key, sizeof key);
+    aipc_py_allocation *alloc = (aipc_py_allocation *)Py_NewRef((PyObject *)SELF->alloc);
+    Py_BEGIN_ALLOW_THREADS
+    (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
+    Py_END_ALLOW_THREADS
+    if (f.code != ACL_SUCCESS) {
+      Py_DECREF(alloc);
+      return aipc_py_raise(st, &f); /* still exported: fix the order and retry */
+    }
+    aipc_py_allocation_remove_export(alloc, key);
+    Py_DECREF(alloc);
+  }
+  SELF->closed = 1;
+  Py_CLEAR(SELF->alloc); /* may give the memory back if nothing else uses it */
+  Py_RETURN_NONE;
+}
+
+static PyObject *handle_allow(PyObject *op, PyObject *args, PyObject *kwargs) {
+  aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
+  const aipc_provider *p = st->provider;
+  PyObject *sdid_obj = Py_None;
+  Py_ssize_t npids = 0;
+  int32_t *pids = NULL;
+  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+  char key[AIPC_PY_KEY_LEN];
+
+  if (kwargs != NULL) {
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(kwargs, &pos, &k, &v)) {
+      if (PyUnicode_Check(k) && PyUnicode_CompareWithASCIIString(k, "sdid") == 0) {
+        sdid_obj = v;
+      } else {
+        PyErr_Format(PyExc_TypeError, "allow() got an unexpected keyword argument %R", k);
+        return NULL;
+      }
+    }
+  }
+  if (PyTuple_GET_SIZE(args) == 0) {
+    PyErr_SetString(PyExc_TypeError, "allow() needs at least one pid");
+    return NULL;
+  }
+  unsigned long sdid = 0;
+  if (sdid_obj != Py_None) {
+    if (!PyLong_Check(sdid_obj)) {
+      PyErr_Format(PyExc_TypeError, "sdid must be None or an int, not %.100s", Py_TYPE(sdid_obj)->tp_name);
+      return NULL;
+    }
+    sdid = PyLong_AsUnsignedLong(sdid_obj);
+    if (sdid == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    if (sdid > UINT32_MAX) {
+      PyErr_SetString(PyExc_OverflowError, "sdid does not fit in uint32");
+      return NULL;
+    }
+  }
+  if (check_open(SELF) < 0) return NULL;
+  pids = parse_pids(args, &npids);
+  if (pids == NULL) return NULL;
+  memcpy(key, SELF->key, sizeof key);
+  Py_BEGIN_ALLOW_THREADS
+  if (sdid_obj == Py_None) {
+    (void)aipc_py_note(p, &f, "aclrtIpcMemSetImportPid", p->ipc_set_import_pid(key, pids, (size_t)npids));
+  } else {
+    aclrtServerPid entry = {(uint32_t)sdid, pids, (size_t)npids};
+    (void)aipc_py_note(p, &f, "aclrtIpcMemImportPidInterServer", p->ipc_import_pid_inter_server(key, &entry, 1));
+  }
+  Py_END_ALLOW_THREADS
+  PyMem_Free(pids);
+  if (f.code != ACL_SUCCESS) return aipc_py_raise(st, &f);
+  Py_RETURN_NONE;
+}
+
+static PyObject *handle_reduce(PyObject *op, PyObject *unused) {
+  if (check_open(SELF) < 0) return NULL;
+  PyObject *shape = aipc_py_tuple(SELF->ndim, SELF->shape);
+  PyObject *strides = aipc_py_tuple(SELF->ndim, SELF->strides);
+  PyObject *dtype_str = PyObject_GetAttrString((PyObject *)SELF->dtype, "str");
+  PyObject *result = NULL;
+  if (shape != NULL && strides != NULL && dtype_str != NULL) {
+    /* Plain values only: unpickling builds a handle and imports nothing. */
+    result = Py_BuildValue("(O(snOOOnilO))", (PyObject *)Py_TYPE(op), SELF->key, SELF->size, dtype_str, shape,
+                           strides, SELF->offset, (int)SELF->device, SELF->pid,
+                           SELF->torch_dtype ? SELF->torch_dtype : Py_None);
+  }
+  Py_XDECREF(shape);
+  Py_XDECREF(strides);
+  Py_XDECREF(dtype_str);
+  return result;
+}
+
+static PyObject *handle_enter(PyObject *op, PyObject *unused) { return Py_NewRef(op); }
+static PyObject *handle_exit(PyObject *op, PyObject *args) { return handle_close(op, NULL); }
+
+static int same_view(aipc_py_handle *a, aipc_py_handle *b) {
+  if (a->offset != b->offset || a->ndim != b->ndim || !PyArray_EquivTypes(a->dtype, b->dtype)) return 0;
+  for (int i = 0; i < a->ndim; i++) {
+    if (a->shape[i] != b->shape[i] || a->strides[i] != b->strides[i]) return 0;
+  }
+  return 1;
+}
+
+static PyObject *handle_richcompare(PyObject *op, PyObject *other, int cmp) {
+  if (Py_TYPE(other) != Py_TYPE(op) || (cmp != Py_EQ && cmp != Py_NE)) Py_RETURN_NOTIMPLEMENTED;
+  aipc_py_handle *o = (aipc_py_handle *)other;
+  int eq = strcmp(SELF->key, o->key) == 0 && same_view(SELF, o);
+  return PyBool_FromLong(cmp == Py_EQ ? eq : !eq);
+}
+
+static Py_hash_t handle_hash(PyObject *op) {
+  PyObject *k = PyUnicode_FromString(SELF->key);
+  if (k == NULL) return -1;
+  Py_hash_t h = PyObject_Hash(k);
+  Py_DECREF(k);
+  return h;
+}
+
+static PyObject *handle_repr(PyObject *op) {
+  PyObject *shape = aipc_py_tuple(SELF->ndim, SELF->shape);
+  if (shape == NULL) return NULL;
+  /* The key is a secret: show only its first characters. */
+  char shown[13];
+  snprintf(shown, sizeof shown, "%.12s", SELF->key);
+  const char *role = is_closed(SELF) ? ", closed" : is_exporter(SELF) ? ", exporter" : "";
+  PyObject *r = PyUnicode_FromFormat("IpcHandle(key='%s...', shape=%R, dtype=%R, device=%d, offset=%zd, pid=%ld%s)",
+                                     shown, shape, (PyObject *)SELF->dtype, (int)SELF->device, SELF->offset,
+                                     SELF->pid, role);
+  Py_DECREF(shape);
+  return r;
+}
+
+/* ---- attributes ----------------------------------------------------------- */
+
+static PyObject *get_key(PyObject *op, void *c) { return PyUnicode_FromString(SELF->key); }
+static PyObject *get_shape(PyObject *op, void *c) { return aipc_py_tuple(SELF->ndim, SELF->shape); }
+static PyObject *get_strides(PyObject *op, void *c) { return aipc_py_tuple(SELF->ndim, SELF->strides); }
+static PyObject *get_dtype(PyObject *op, void *c) { return Py_NewRef((PyObject *)SELF->dtype); }
+static PyObject *get_torch_dtype(PyObject *op, void *c) {
+  return Py_NewRef(SELF->torch_dtype ? SELF->torch_dtype : Py_None);
+}
+static PyObject *get_ndim(PyObject *op, void *c) { return PyLong_FromLong(SELF->ndim); }
+static PyObject *get_offset(PyObject *op, void *c) { return PyLong_FromSsize_t(SELF->offset); }
+static PyObject *get_nbytes(PyObject *op, void *c) { return PyLong_FromSsize_t(SELF->nbytes); }
+static PyObject *get_size(PyObject *op, void *c) { return PyLong_FromSsize_t(SELF->size); }
+static PyObject *get_device(PyObject *op, void *c) { return PyLong_FromLong(SELF->device); }
+static PyObject *get_pid(PyObject *op, void *c) { return PyLong_FromLong(SELF->pid); }
+static PyObject *get_closed(PyObject *op, void *c) { return PyBool_FromLong(is_closed(SELF)); }
+static PyObject *get_is_exporter(PyObject *op, void *c) { return PyBool_FromLong(is_exporter(SELF)); }
+static PyObject *get_pid_validation(PyObject *op, void *c) {
+  if (!is_exporter(SELF)) Py_RETURN_NONE;
+  aipc_py_export_rec *rec = aipc_py_allocation_export_by_key(SELF->alloc, SELF->key);
+  if (rec == NULL) Py_RETURN_NONE;
+  return PyBool_FromLong(rec->flags == ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT);
+}
+
+static PyGetSetDef handle_getset[] = {
+    {"key", get_key, NULL, "The IPC key (a secret: whoever holds it may import, within the whitelist).", NULL},
+    {"shape", get_shape, NULL, "Shape of the shared view.", NULL},
+    {"strides", get_strides, NULL, "Byte strides of the shared view.", NULL},
+    {"dtype", get_dtype, NULL, "numpy dtype of the shared view.", NULL},
+    {"torch_dtype", get_torch_dtype, NULL, "torch dtype name recorded by ascend_ipc.torch.share(), or None.",
+     NULL},
+    {"ndim", get_ndim, NULL, "Number of dimensions.", NULL},
+    {"offset", get_offset, NULL, "Byte offset of element 0 from the start of the export.", NULL},
+    {"nbytes", get_nbytes, NULL, "Bytes of the view's elements.", NULL},
+    {"size", get_size, NULL, "Bytes the export covers (the whole page-rounded allocation).", NULL},
+    {"device", get_device, NULL, "The exporter's device.", NULL},
+    {"pid", get_pid, NULL, "Process id of the exporter (0 if unknown).", NULL},
+    {"closed", get_closed, NULL, "True after close() (or after another handle ended the same export).", NULL},
+    {"is_exporter", get_is_exporter, NULL,
+     "True for the handle export() returned, in the exporting process: its close() ends the export.", NULL},
+    {"pid_validation", get_pid_validation, NULL,
+     "Exporter side: True if the whitelist is enforced, False if any process of this user may import; "
+     "None elsewhere.",
+     NULL},
+    {NULL},
+};
+
+static PyMethodDef handle_methods[] = {
+    {"open", (PyCFunction)(void (*)(void))handle_open, METH_VARARGS | METH_KEYWORDS,
+     "open(device=None) -> DeviceArray\n\nImports the memory (aclrtIpcMemImportByKey) and returns the\n"
+     "view as a DeviceArray over the same bytes. Each result's close() ends\n"
+     "that import (aclrtIpcMemClose)."},
+    {"open_torch", (PyCFunction)(void (*)(void))handle_open_torch, METH_VARARGS | METH_KEYWORDS,
+     "open_torch(device=None) -> torch.Tensor\n\nLike open(), as a zero-copy torch tensor (needs torch)."},
+    {"close", handle_close, METH_NOARGS,
+     "close()\n\nThe exporter's handle: ends the export (aclrtIpcMemClose). Any other\n"
+     "handle: only marks it closed. Imports already open stay valid."},
+    {"allow", (PyCFunction)(void (*)(void))handle_allow, METH_VARARGS | METH_KEYWORDS,
+     "allow(*pids, sdid=None)\n\nAdds processes to the export's whitelist (aclrtIpcMemSetImportPid;\n"
+     "with sdid, aclrtIpcMemImportPidInterServer). Only the exporter may."},
+    {"__reduce__", handle_reduce, METH_NOARGS, NULL},
+    {"__enter__", handle_enter, METH_NOARGS, NULL},
+    {"__exit__", handle_exit, METH_VARARGS, NULL},
+    {NULL},
+};
+
+static int handle_traverse(PyObject *op, visitproc visit, void *arg) {
+  Py_VISIT(Py_TYPE(op));
+  Py_VISIT(SELF->alloc);
+  Py_VISIT(SELF->dtype);
+  Py_VISIT(SELF->torch_dtype);
+  return 0;
+}
+
+static int handle_clear(PyObject *op) {
+  Py_CLEAR(SELF->alloc);
+  Py_CLEAR(SELF->torch_dtype);
+  return 0;
+}
+
+static void handle_dealloc(PyObject *op) {
+  PyTypeObject *tp = Py_TYPE(op);
+  PyObject_GC_UnTrack(op);
+  (void)handle_clear(op);
+  Py_CLEAR(SELF->dtype);
+  PyMem_Free(SELF->shape);
+  tp->tp_free(op);
+  Py_DECREF(tp);
+}
+
+static const char handle_doc[] =
+    "IpcHandle(key, size, dtype='uint8', shape=None, strides=None, offset=0, device=0, pid=0,\n"
+    "          torch_dtype=None)\n"
+    "\n"
+    "An IPC key and the view of the exported memory it describes. export() returns\n"
+    "one; pickling sends one (only plain values: unpickling never imports). open()\n"
+    "imports the memory in any process. Constructing one from a key lets Python open\n"
+    "memory that a C program exported: size is the exported byte count, and the view\n"
+    "defaults to all of it as uint8.";
+
+static PyType_Slot handle_slots[] = {
+    {Py_tp_doc, (void *)handle_doc},
+    {Py_tp_new, handle_new},
+    {Py_tp_dealloc, handle_dealloc},
+    {Py_tp_traverse, handle_traverse},
+    {Py_tp_clear, handle_clear},
+    {Py_tp_repr, handle_repr},
+    {Py_tp_richcompare, handle_richcompare},
+    {Py_tp_hash, handle_hash},
+    {Py_tp_methods, handle_methods},
+    {Py_tp_getset, handle_getset},
+    {0, NULL},
+};
+
+static PyType_Spec handle_spec = {
+    .name = "ascend_ipc._C.IpcHandle",
+    .basicsize = sizeof(aipc_py_handle),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = handle_slots,
+};
+
+int aipc_py_handle_init_type(PyObject *module, aipc_py_state *st) {
+  st->handle_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &handle_spec, NULL);
+  if (st->handle_type == NULL) return -1;
+  return PyModule_AddType(module, st->handle_type);
+}

@@ -1,0 +1,127 @@
+/*
+ * ascend_ipc._C: what every part of the extension shares.
+ *
+ * The module state holds every type and the exception; objects reach it
+ * through their type (PyType_GetModuleState), never through globals, so the
+ * module works in subinterpreters and can be imported more than once.
+ *
+ * The runtime is reached only through the provider table chosen once at module
+ * exec (provider_select.c); nothing here calls the emulator directly.
+ */
+#ifndef ASCEND_IPC_PYTHON_MODULE_H_
+#define ASCEND_IPC_PYTHON_MODULE_H_
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "core/provider.h"
+
+/* The dummy name lets only module.c pull in numpy's API table definition. */
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL aipc_py_numpy_api
+#ifndef AIPC_PY_DEFINE_NUMPY_API
+#define NO_IMPORT_ARRAY
+#endif
+#include <numpy/arrayobject.h>
+
+#define AIPC_PY_PAGE ((size_t)4096)
+#define AIPC_PY_KEY_LEN ACL_IPC_MEM_KEY_LEN /* 64 characters + NUL */
+#define AIPC_PY_MAX_NDIM 64
+
+struct aipc_py_allocation;
+
+/* Live allocations of this process, sorted by base address (duplicates
+ * allowed: importing one key twice maps it once). Entries are borrowed: an
+ * allocation removes itself when it releases its memory or is deallocated. */
+typedef struct aipc_py_registry {
+  struct aipc_py_allocation **items;
+  size_t count;
+  size_t capacity;
+} aipc_py_registry;
+
+typedef struct aipc_py_state {
+  PyTypeObject *allocation_type;
+  PyTypeObject *array_type;
+  PyTypeObject *handle_type;
+  PyObject *acl_error;
+  const aipc_provider *provider;
+  aipc_py_registry registry;
+} aipc_py_state;
+
+extern PyModuleDef aipc_py_module_def;
+
+static inline aipc_py_state *aipc_py_state_of(PyTypeObject *tp) {
+  /* Our types are final (no Py_TPFLAGS_BASETYPE), so tp is always one of the
+   * module's own heap types and carries the module. */
+  return (aipc_py_state *)PyType_GetModuleState(tp);
+}
+
+static inline aipc_py_state *aipc_py_state_of_module(PyObject *module) {
+  return (aipc_py_state *)PyModule_GetState(module);
+}
+
+/* ---- failures of runtime calls (errors.c) -------------------------------
+ *
+ * A runtime call may run with the GIL released, and its message lives in the
+ * calling thread's slot of the runtime. So the failure is captured into a
+ * plain C struct right after the call, in the same thread, and turned into an
+ * AclError once the GIL is held again. */
+
+#define AIPC_PY_MSG_MAX 512
+
+typedef struct aipc_py_failure {
+  aclError code;    /* ACL_SUCCESS until the first failure */
+  const char *call; /* the CANN name of the call that failed */
+  char message[AIPC_PY_MSG_MAX];
+} aipc_py_failure;
+
+#define AIPC_PY_FAILURE_INIT {ACL_SUCCESS, NULL, {0}}
+
+/* Records the first failure; returns rc. Safe without the GIL. */
+aclError aipc_py_note(const aipc_provider *p, aipc_py_failure *f, const char *call, aclError rc);
+
+/* Raises AclError for f (which must hold a failure); returns NULL. GIL held. */
+PyObject *aipc_py_raise(aipc_py_state *st, const aipc_py_failure *f);
+
+/* Creates the AclError class; 0 or -1. */
+int aipc_py_errors_init(PyObject *module, aipc_py_state *st);
+
+/* A ResourceWarning for something released during deallocation or by a
+ * DLPack deleter that could not be (the memory is leaked, never freed under
+ * a user). Never raises; keeps any exception already set. */
+void aipc_py_warn_leak(aipc_py_state *st, const char *what, const aipc_py_failure *f);
+
+/* ---- provider selection (provider_select.c) ---------------------------- */
+
+/* The provider that ASCEND_IPC_PROVIDER asks for; NULL with ImportError set. */
+const aipc_provider *aipc_py_select_provider(void);
+
+/* ---- the current device around a call (module.c) -----------------------
+ * Per-thread state of the runtime; both run without the GIL. */
+
+typedef struct aipc_py_device_scope {
+  int32_t saved;  /* the thread's device before, or -1 if it had none */
+  int32_t device; /* the device current during the call */
+  int changed;
+} aipc_py_device_scope;
+
+/* Makes device current for this thread (device < 0: keep the current one). */
+aclError aipc_py_device_enter(const aipc_provider *p, aipc_py_failure *f, int32_t device,
+                              aipc_py_device_scope *scope);
+/* Restores what enter changed. */
+void aipc_py_device_leave(const aipc_provider *p, aipc_py_device_scope *scope);
+
+/* ---- argument helpers (module.c) ---------------------------------------- */
+
+/* device=None -> -1 (current); an int -> it; else TypeError. */
+int aipc_py_parse_device(PyObject *obj, int32_t *device);
+
+/* This process: objects record it to recognise when they crossed a fork. */
+static inline long aipc_py_pid(void) { return (long)getpid(); }
+
+#endif

@@ -1,0 +1,208 @@
+/* Helpers shared by the IPC tests (tests/c/test_ipc_*.c). Header-only: each
+ * test program is built from one .c file and harness.c. */
+#ifndef ASCEND_IPC_TEST_IPC_UTIL_H_
+#define ASCEND_IPC_TEST_IPC_UTIL_H_
+
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define KEYLEN ACL_IPC_MEM_KEY_LEN
+#define PAGE ((size_t)4096)
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+#define EXPORT_DEFAULT ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT
+#define EXPORT_ANY ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
+
+/* The call fails with code and its message contains needle. */
+#define CHECK_MSG(call, code, needle)                                                        \
+  do {                                                                                       \
+    aclError r_ = (call);                                                                    \
+    const char *m_ = aclGetRecentErrMsg();                                                   \
+    if (r_ != (code))                                                                        \
+      th_fail(__FILE__, __LINE__, "%s returned %d, expected %d (%s)", #call, r_, (int)(code), \
+              m_ ? m_ : "no message");                                                       \
+    if (!m_ || !strstr(m_, needle))                                                          \
+      th_fail(__FILE__, __LINE__, "%s: message \"%s\" lacks \"%s\"", #call, m_ ? m_ : "(none)", needle); \
+  } while (0)
+
+static inline int under_valgrind(void) { return getenv("ASCEND_IPC_VALGRIND") != NULL; }
+
+static inline double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline void *dmalloc(size_t n) {
+  void *p = NULL;
+  CHECK_OK(aclrtMalloc(&p, n, ACL_MEM_MALLOC_HUGE_FIRST));
+  CHECK(p != NULL);
+  return p;
+}
+
+/* Allocates size bytes on the current device and exports them. */
+static inline void *export_new(size_t size, uint64_t flags, char key[KEYLEN]) {
+  void *p = dmalloc(size);
+  CHECK_OK(aclrtIpcMemGetExportKey(p, size, key, KEYLEN, flags));
+  CHECK(strlen(key) > 0 && strlen(key) < KEYLEN);
+  return p;
+}
+
+/* A two-way pipe between a parent and one child. */
+typedef struct chan {
+  int up[2];   /* child -> parent */
+  int down[2]; /* parent -> child */
+} chan;
+
+static inline void chan_open(chan *c) {
+  CHECK(pipe(c->up) == 0);
+  CHECK(pipe(c->down) == 0);
+}
+/* In the child, after fork. */
+static inline void chan_child(chan *c) {
+  close(c->up[0]);
+  close(c->down[1]);
+}
+/* In the parent, after fork. */
+static inline void chan_parent(chan *c) {
+  close(c->up[1]);
+  close(c->down[0]);
+}
+static inline void chan_close(chan *c) {
+  for (int i = 0; i < 2; i++) {
+    close(c->up[i]);
+    close(c->down[i]);
+  }
+}
+static inline void to_child(chan *c, const void *b, size_t n) { th_write(c->down[1], b, n); }
+static inline void from_parent(chan *c, void *b, size_t n) { th_read(c->down[0], b, n); }
+static inline void to_parent(chan *c, const void *b, size_t n) { th_write(c->up[1], b, n); }
+static inline void from_child(chan *c, void *b, size_t n) { th_read(c->up[0], b, n); }
+static inline void send_int(int fd, int v) { th_write(fd, &v, sizeof v); }
+static inline int recv_int(int fd) {
+  int v;
+  th_read(fd, &v, sizeof v);
+  return v;
+}
+
+/* Forks a child that runs fn(c, arg) with its end of the channel. */
+typedef int (*chan_fn)(chan *c, void *arg);
+typedef struct chan_start {
+  chan *c;
+  chan_fn fn;
+  void *arg;
+} chan_start;
+static inline int chan_trampoline_(void *p) {
+  chan_start *s = p;
+  chan_child(s->c);
+  return s->fn(s->c, s->arg);
+}
+static inline int chan_spawn(chan *c, chan_fn fn, void *arg) {
+  chan_start s = {c, fn, arg};
+  int pid = th_spawn(chan_trampoline_, &s);
+  chan_parent(c);
+  return pid;
+}
+
+/* Open descriptors of this process. */
+static inline int fd_count(void) {
+  DIR *d = opendir("/proc/self/fd");
+  CHECK(d != NULL);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n - 1; /* the DIR's own */
+}
+
+/* Fills [p, p+n) with a pattern derived from seed; checks it. */
+static inline void fill_pattern(void *p, size_t n, uint32_t seed) {
+  uint32_t *w = p;
+  for (size_t i = 0; i < n / 4; i++) w[i] = seed * 2654435761u + (uint32_t)i;
+}
+static inline int check_pattern(const void *p, size_t n, uint32_t seed) {
+  const uint32_t *w = p;
+  for (size_t i = 0; i < n / 4; i++)
+    if (w[i] != seed * 2654435761u + (uint32_t)i) return 0;
+  return 1;
+}
+
+/* ---- the key format, for crafting forged keys (see docs/design-ipc.md) ---- */
+
+#define KEY_PREFIX "aipc1."
+#define KEY_REC 40
+
+typedef struct key_rec {
+  uint32_t pid, sdid;
+  uint64_t nonce, id;
+  uint8_t secret[16];
+} key_rec;
+
+static inline int b64v_(char c) {
+  const char *a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  const char *p = c ? strchr(a, c) : NULL;
+  return p ? (int)(p - a) : -1;
+}
+
+static inline key_rec key_decode(const char *key) {
+  CHECK(strlen(key) == 60 && strncmp(key, KEY_PREFIX, 6) == 0);
+  uint8_t r[KEY_REC + 2] = {0};
+  uint32_t acc = 0;
+  int bits = 0, n = 0;
+  for (const char *s = key + 6; *s; s++) {
+    acc = acc << 6 | (uint32_t)b64v_(*s);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      r[n++] = (uint8_t)(acc >> bits);
+    }
+  }
+  CHECK_EQ(n, KEY_REC);
+  key_rec k;
+  memcpy(&k.pid, r, 4);
+  memcpy(&k.sdid, r + 4, 4);
+  memcpy(&k.nonce, r + 8, 8);
+  memcpy(&k.id, r + 16, 8);
+  memcpy(k.secret, r + 24, 16);
+  return k;
+}
+
+static inline void key_encode(const key_rec *k, char out[KEYLEN]) {
+  const char *a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  uint8_t r[KEY_REC];
+  memcpy(r, &k->pid, 4);
+  memcpy(r + 4, &k->sdid, 4);
+  memcpy(r + 8, &k->nonce, 8);
+  memcpy(r + 16, &k->id, 8);
+  memcpy(r + 24, k->secret, 16);
+  strcpy(out, KEY_PREFIX);
+  char *o = out + 6;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (int i = 0; i < KEY_REC; i++) {
+    acc = acc << 8 | r[i];
+    bits += 8;
+    while (bits >= 6) {
+      bits -= 6;
+      *o++ = a[(acc >> bits) & 63];
+    }
+  }
+  if (bits) *o++ = a[(acc << (6 - bits)) & 63];
+  *o = '\0';
+}
+
+#endif
