@@ -52,7 +52,7 @@ $(BUILD)/obj/%.o: csrc/%.c $(HEADERS)
 $(LIB): $(LIB_OBJS) csrc/api/libascendcl_emu.map
 	$(CC) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=csrc/api/libascendcl_emu.map -Wl,-z,defs $(LDLIBS_ALL)
 
-$(BUILD)/tests/%: tests/c/%.c tests/c/harness.c tests/c/harness.h $(LIB)
+$(BUILD)/tests/%: tests/c/%.c tests/c/harness.c $(wildcard tests/c/*.h) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< tests/c/harness.c -L$(BUILD) -lascendcl_emu $(RPATH) $(LDLIBS_ALL)
 

@@ -1,6 +1,6 @@
 #include "ordmap.h"
 
-static uint64_t mix64(uint64_t x) {
+static uint64_t prio_of(uint64_t x) {
   x ^= x >> 31;
   x *= 0x7fb5d329728ea185ULL;
   x ^= x >> 27;
@@ -52,7 +52,7 @@ aipc__onode *aipc__omap_get(const aipc__omap *m, uintptr_t key) {
 
 int aipc__omap_insert(aipc__omap *m, aipc__onode *n) {
   if (aipc__omap_get(m, n->key)) return -1;
-  n->prio = mix64((uint64_t)n->key);
+  n->prio = prio_of((uint64_t)n->key);
   aipc__onode **link = &m->root;
   while (*link && (*link)->prio >= n->prio) link = &(*link)->kid[(*link)->key < n->key];
   split(*link, n->key, &n->kid[0], &n->kid[1]);

@@ -10,7 +10,7 @@ typedef struct aipc__bfree {
   unsigned order;
 } bfree;
 
-static aipc__hkey key_of(uint64_t off) { return (aipc__hkey){off, 0}; }
+static aipc__hkey off_key(uint64_t off) { return (aipc__hkey){off, 0}; }
 
 static uint64_t bytes_of(unsigned order) { return (uint64_t)AIPC_PAGE_SIZE << order; }
 
@@ -36,7 +36,7 @@ static int add_free(aipc__buddy *b, uint64_t off, unsigned order) {
   if (!f) return -1;
   f->off = off;
   f->order = order;
-  if (aipc__hmap_put(&b->by_off, key_of(off), f) != 0) {
+  if (aipc__hmap_put(&b->by_off, off_key(off), f) != 0) {
     free(f);
     return -1;
   }
@@ -47,9 +47,9 @@ static int add_free(aipc__buddy *b, uint64_t off, unsigned order) {
 /* Frees one aligned block, merging with free buddies of the same order. */
 static void free_block(aipc__buddy *b, uint64_t off, unsigned order) {
   while (order < b->max_order) {
-    bfree *buddy = aipc__hmap_get(&b->by_off, key_of(off ^ bytes_of(order)));
+    bfree *buddy = aipc__hmap_get(&b->by_off, off_key(off ^ bytes_of(order)));
     if (!buddy || buddy->order != order) break;
-    aipc__hmap_remove(&b->by_off, key_of(buddy->off));
+    aipc__hmap_remove(&b->by_off, off_key(buddy->off));
     list_unlink(b, buddy);
     free(buddy);
     off &= ~bytes_of(order);
@@ -89,7 +89,7 @@ int aipc__buddy_alloc(aipc__buddy *b, uint64_t len, uint64_t *off) {
   if (order > b->max_order) return -1;
   bfree *f = b->heads[order];
   list_unlink(b, f);
-  aipc__hmap_remove(&b->by_off, key_of(f->off));
+  aipc__hmap_remove(&b->by_off, off_key(f->off));
   uint64_t base = f->off;
   free(f);
   /* Split down to the order wanted, freeing upper halves... */

@@ -27,7 +27,7 @@ static aclError check_id(const char *call, const char *what, int32_t id) {
   return ACL_SUCCESS;
 }
 
-aclError aipc__device_check(int32_t id) { return check_id("device check", "device id", id); }
+aclError aipc__device_check(int32_t id) { return check_id("runtime", "device", id); }
 
 aclError aipc__emu_set_device(int32_t deviceId) {
   aclError rc = check_id("aclrtSetDevice", "deviceId", deviceId);

@@ -44,7 +44,7 @@ static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static aipc__hmap g_reg = AIPC__HMAP_INIT; /* handle -> stream */
 static stream *g_default;                  /* the NULL stream, created lazily */
 
-static aipc__hkey key_of(const void *s) { return (aipc__hkey){(uint64_t)(uintptr_t)s, 0}; }
+static aipc__hkey handle_key(const void *s) { return (aipc__hkey){(uint64_t)(uintptr_t)s, 0}; }
 
 static void free_jobs(stream *s) {
   for (job *j = s->head, *next; j; j = next) {
@@ -139,7 +139,7 @@ static aclError get(const char *call, aclrtStream h, stream **out) {
     if (!g_default) rc = stream_new(call, &g_default);
     s = g_default;
   } else {
-    s = aipc__hmap_get(&g_reg, key_of(h));
+    s = aipc__hmap_get(&g_reg, handle_key(h));
     if (!s)
       rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is not a live stream (never created, or already destroyed)",
                       call, h);
@@ -158,7 +158,7 @@ aclError aipc__emu_create_stream(aclrtStream *stream_out) {
   aclError rc = stream_new("aclrtCreateStream", &s);
   if (rc) return rc;
   pthread_mutex_lock(&g_reg_mu);
-  int e = aipc__hmap_put(&g_reg, key_of(s), s);
+  int e = aipc__hmap_put(&g_reg, handle_key(s), s);
   pthread_mutex_unlock(&g_reg_mu);
   if (e != 0) {
     stream_shutdown(s);
@@ -171,7 +171,7 @@ aclError aipc__emu_create_stream(aclrtStream *stream_out) {
 aclError aipc__emu_destroy_stream(aclrtStream h) {
   if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtDestroyStream: the default stream (NULL) cannot be destroyed");
   pthread_mutex_lock(&g_reg_mu);
-  stream *s = aipc__hmap_remove(&g_reg, key_of(h));
+  stream *s = aipc__hmap_remove(&g_reg, handle_key(h));
   pthread_mutex_unlock(&g_reg_mu);
   if (!s)
     return aipc__fail(ACL_ERROR_INVALID_PARAM,

@@ -1,6 +1,7 @@
 /* _Allocation: device memory shared by the objects that use it. */
 #include "allocation.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---- registry ------------------------------------------------------------ */
@@ -166,18 +167,30 @@ int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py
   size_t n = a->nexports;
   size_t closed = 0;
   aclError rc = ACL_SUCCESS;
-  aipc_py_export_rec *recs = a->exports;
   void *base = a->base;
   int kind = a->kind;
   char import_key[AIPC_PY_KEY_LEN];
   memcpy(import_key, a->import_key, sizeof import_key);
+  /* The keys to close, in memory of this call's own. */
+  char(*keys)[AIPC_PY_KEY_LEN] = NULL;
+  if (n > 0) {
+    keys = PyMem_RawMalloc(n * sizeof *keys);
+    if (keys == NULL) {
+      snprintf(f->message, sizeof f->message, "out of memory releasing device memory");
+      f->code = ACL_ERROR_BAD_ALLOC;
+      f->call = "aclrtIpcMemClose";
+      if (registry_add(&st->registry, a) < 0) PyErr_Clear();
+      return -1;
+    }
+    for (size_t i = 0; i < n; i++) memcpy(keys[i], a->exports[i].key, AIPC_PY_KEY_LEN);
+  }
 
   /* Nobody else can reach `a` while the GIL is released: it is being
    * deallocated, or closed by the last object that held it, and it is out of
    * the registry. */
   Py_BEGIN_ALLOW_THREADS
   for (; closed < n; closed++) {
-    rc = aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(recs[closed].key));
+    rc = aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(keys[closed]));
     if (rc != ACL_SUCCESS) break;
   }
   if (rc == ACL_SUCCESS) {
@@ -189,8 +202,9 @@ int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py
   }
   Py_END_ALLOW_THREADS
 
+  PyMem_RawFree(keys);
   /* Exports that did close are gone either way. */
-  memmove(a->exports, a->exports + closed, (n - closed) * sizeof *recs);
+  if (closed > 0) memmove(a->exports, a->exports + closed, (n - closed) * sizeof *a->exports);
   a->nexports = n - closed;
   if (rc != ACL_SUCCESS) {
     if (registry_add(&st->registry, a) < 0) PyErr_Clear(); /* lookups only miss it */
@@ -211,7 +225,9 @@ static void allocation_dealloc(PyObject *self) {
   aipc_py_allocation *a = (aipc_py_allocation *)self;
   PyTypeObject *tp = Py_TYPE(self);
   aipc_py_state *st = aipc_py_state_of(tp);
+  PyObject *exc_type, *exc_value, *exc_tb;
   PyObject_GC_UnTrack(self);
+  PyErr_Fetch(&exc_type, &exc_value, &exc_tb); /* a dealloc never disturbs a pending exception */
   if (!a->released) {
     aipc_py_failure f = AIPC_PY_FAILURE_INIT;
     if (aipc_py_allocation_release(st, a, &f) < 0) {
@@ -224,6 +240,7 @@ static void allocation_dealloc(PyObject *self) {
   }
   registry_remove(&st->registry, a);
   PyMem_Free(a->exports);
+  PyErr_Restore(exc_type, exc_value, exc_tb);
   tp->tp_free(self);
   Py_DECREF(tp);
 }

@@ -678,7 +678,7 @@ static PyObject *array_repr(PyObject *op) {
   const char *state = SELF->alloc == NULL                                ? ", closed"
                       : aipc_py_allocation_foreign(SELF->alloc)         ? ", inherited across fork"
                       : "";
-  PyObject *r = PyUnicode_FromFormat("DeviceArray(shape=%R, dtype=%R, device=%d, ptr=%p, %s%s)", shape,
+  PyObject *r = PyUnicode_FromFormat("DeviceArray(shape=%R, dtype=%S, device=%d, ptr=%p, %s%s)", shape,
                                      (PyObject *)SELF->dtype, (int)SELF->device, SELF->data,
                                      SELF->imported ? "imported" : "owned", state);
   Py_DECREF(shape);

@@ -149,6 +149,14 @@ PyObject *aipc_py_array_dlpack(PyObject *self_obj, PyObject *args, PyObject *kwa
   Py_ssize_t itemsize = PyDataType_ELSIZE(self->dtype);
   int ndim = self->ndim;
   for (int i = 0; i < ndim; i++) {
+    if (self->strides[i] < 0 && self->shape[i] > 1) {
+      /* Legal in DLPack, but torch.from_dlpack aborts the whole process on
+       * them (c10::Error escapes), so no capsule offers them. */
+      PyErr_SetString(PyExc_BufferError,
+                      "__dlpack__: views with negative strides are not exported (torch cannot take "
+                      "them); use numpy() for a copy, or export the forward view");
+      return NULL;
+    }
     if (self->strides[i] % itemsize != 0) {
       PyErr_SetString(PyExc_BufferError,
                       "__dlpack__: a stride is not a multiple of the item size; DLPack counts strides in "

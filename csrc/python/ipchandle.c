@@ -186,9 +186,9 @@ static int parse_link(PyObject *obj, int *link) {
   return -1;
 }
 
-/* A PyMem array of the pids in seq (a sequence of ints); *n its length. */
+/* A PyMem array of the pids in obj (an iterable of ints); *n its length. */
 static int32_t *parse_pids(PyObject *obj, Py_ssize_t *n) {
-  if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyLong_Check(obj) || !PySequence_Check(obj)) {
+  if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyLong_Check(obj) || PyDict_Check(obj)) {
     PyErr_Format(PyExc_TypeError, "pids must be None or a sequence of process ids, not %.100s",
                  Py_TYPE(obj)->tp_name);
     return NULL;
@@ -508,7 +508,7 @@ static PyObject *handle_repr(PyObject *op) {
   char shown[13];
   snprintf(shown, sizeof shown, "%.12s", SELF->key);
   const char *role = is_closed(SELF) ? ", closed" : is_exporter(SELF) ? ", exporter" : "";
-  PyObject *r = PyUnicode_FromFormat("IpcHandle(key='%s...', shape=%R, dtype=%R, device=%d, offset=%zd, pid=%ld%s)",
+  PyObject *r = PyUnicode_FromFormat("IpcHandle(key='%s...', shape=%R, dtype=%S, device=%d, offset=%zd, pid=%ld%s)",
                                      shown, shape, (PyObject *)SELF->dtype, (int)SELF->device, SELF->offset,
                                      SELF->pid, role);
   Py_DECREF(shape);

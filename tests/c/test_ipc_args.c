@@ -61,19 +61,6 @@ TEST(export_bad_args) {
   CHECK_OK(aclFinalize());
 }
 
-TEST(export_imported_memory_refused) {
-  char key[KEYLEN], key2[KEYLEN];
-  void *p = export_new(PAGE, EXPORT_ANY, key);
-  void *q = NULL;
-  CHECK_OK(aclrtIpcMemImportByKey(&q, key, 0)); /* own key: the same pointer, device memory */
-  CHECK(q == p);
-  CHECK_OK(aclrtIpcMemClose(key));
-  CHECK_OK(aclrtIpcMemClose(key));
-  CHECK_OK(aclrtFree(p));
-  CHECK_MSG(aclrtIpcMemGetExportKey(p, PAGE, key2, KEYLEN, 0), ACL_ERROR_INVALID_PARAM, "not inside");
-  CHECK_OK(aclFinalize());
-}
-
 TEST(export_subrange_and_key_shape) {
   void *p = dmalloc(64 * KiB);
   char keys[200][KEYLEN];

@@ -25,10 +25,15 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 WORLD_SIZE = 4
 NUMEL = 1 << 20  # 4 MiB of float32
 TIMEOUT = 300  # seconds for the whole run (four ranks import torch on a small machine)
 NO_PERMISSION = 207006
+
+# the conftest's (or pytest-timeout's) per-test limit, above the run's own TIMEOUT
+pytestmark = pytest.mark.timeout(420)
 
 
 def _slice(rank: int, world: int, numel: int):
@@ -161,8 +166,6 @@ def _run_ranks(result_path: pathlib.Path):
 
 
 def test_handle_broadcast_with_torch_distributed(tmp_path):
-    import pytest
-
     pytest.importorskip("torch.distributed")
     import torch.distributed as dist
 

@@ -1,15 +1,18 @@
 """Execute docs/notebooks/quickstart.ipynb with nbclient; any failing cell fails the test.
 
-The notebook's kernel is ``python3``. jupyter_client resolves it to ipykernel running under
-this interpreter (``sys.executable``): the ``kernel.json`` that the ipykernel wheel installs
-into the environment starts ``python``, which jupyter_client replaces with
-``sys.executable``, and without any kernelspec it falls back to ipykernel's native kernel.
+The notebook asks for the ``python3`` kernel. The test writes a ``python3`` kernelspec that
+runs ipykernel under this interpreter (``sys.executable``) into a temporary directory and puts
+it first on ``JUPYTER_PATH``, so the notebook runs in this environment even where the user has
+a ``python3`` kernelspec of their own pointing at another interpreter; nothing outside the
+temporary directory is written.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import sys
 
 import pytest
 
@@ -21,6 +24,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "docs" / "notebooks" / "quickstart.ipynb"
 CELL_TIMEOUT = 180  # seconds per cell: the spawned worker imports numpy and ascend_ipc
 STARTUP_TIMEOUT = 120
+
+# the conftest's (or pytest-timeout's) per-test limit; nbclient also times out each cell
+pytestmark = pytest.mark.timeout(600)
 
 
 def _kernel_env() -> dict:
@@ -34,6 +40,18 @@ def _kernel_env() -> dict:
     return env
 
 
+def _kernelspec_here(root: pathlib.Path, name: str) -> pathlib.Path:
+    spec_dir = root / "kernels" / name
+    spec_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": f"Python 3 ({sys.executable})",
+        "language": "python",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    return root
+
+
 def test_notebook_is_stored_without_outputs():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbformat.validate(nb)
@@ -42,14 +60,22 @@ def test_notebook_is_stored_without_outputs():
             assert cell.outputs == [] and cell.execution_count is None, "clear the notebook's outputs"
 
 
-def test_quickstart_notebook_executes(tmp_path):
+def test_quickstart_notebook_executes(tmp_path, monkeypatch):
     nb = nbformat.read(NOTEBOOK, as_version=4)
+    kernel_name = nb.metadata.get("kernelspec", {}).get("name", "python3")
+    jupyter_dir = _kernelspec_here(tmp_path / "jupyter", kernel_name)
+    monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join(p for p in (str(jupyter_dir), os.environ.get("JUPYTER_PATH")) if p))
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    assert KernelSpecManager().get_kernel_spec(kernel_name).argv[0] == sys.executable
+    workdir = tmp_path / "work"
+    workdir.mkdir()
     client = nbclient.NotebookClient(
         nb,
         timeout=CELL_TIMEOUT,
         startup_timeout=STARTUP_TIMEOUT,
-        kernel_name=nb.metadata.get("kernelspec", {}).get("name", "python3"),
-        resources={"metadata": {"path": str(tmp_path)}},  # the kernel's working directory
+        kernel_name=kernel_name,
+        resources={"metadata": {"path": str(workdir)}},  # the kernel's working directory
     )
     client.execute(env=_kernel_env())
 

@@ -1,0 +1,240 @@
+"""ascend_ipc.torch: torch tensors in exportable device memory, shared zero-copy.
+
+    import torch
+    import ascend_ipc.torch as atorch
+
+    t = atorch.empty((1024, 1024), dtype=torch.bfloat16)   # exportable memory
+    h = atorch.share(t)                 # IpcHandle (picklable)
+    u = h.open_torch()                  # in any process: a tensor over the same bytes
+
+    atorch.install()                    # then, through torch.multiprocessing queues,
+    q.put(t)                            # such tensors arrive zero-copy
+
+Tensors live in device memory of the current provider. On the emulated
+provider that memory is host memory, so the tensors are CPU tensors to torch.
+
+Lifetimes: a tensor made here (or opened here) keeps its memory alive as long
+as it lives; the sender of a tensor or handle must keep it alive until the
+receivers have opened it (as with CUDA tensors in torch.multiprocessing).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Iterable, Optional, Sequence, Union
+
+import torch
+
+from . import _C
+from ._C import DeviceArray, IpcHandle
+
+__all__ = ["empty", "zeros", "from_tensor", "share", "open_torch", "is_shared", "install", "installed"]
+
+# torch dtype -> numpy dtype name of the device memory. bfloat16 has no numpy
+# type: it is stored as int16 and viewed back as bfloat16.
+_STORAGE = {
+    torch.bool: "bool",
+    torch.int8: "int8",
+    torch.int16: "int16",
+    torch.int32: "int32",
+    torch.int64: "int64",
+    torch.uint8: "uint8",
+    torch.uint16: "uint16",
+    torch.uint32: "uint32",
+    torch.uint64: "uint64",
+    torch.float16: "float16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.complex64: "complex64",
+    torch.complex128: "complex128",
+    torch.bfloat16: "int16",
+}
+_BY_NAME = {str(dt).split(".", 1)[1]: dt for dt in _STORAGE}
+
+Shape = Union[int, Sequence[int], torch.Size]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).split(".", 1)[1]
+
+
+def _storage_dtype(dtype: Any) -> str:
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, not {type(dtype).__name__}")
+    try:
+        return _STORAGE[dtype]
+    except KeyError:
+        supported = ", ".join(sorted(_BY_NAME))
+        raise TypeError(f"dtype {dtype} is not supported in device memory (supported: {supported})") from None
+
+
+def _wrap(array: DeviceArray, dtype: torch.dtype) -> torch.Tensor:
+    try:
+        t = torch.from_dlpack(array)
+    except BaseException:
+        array.close()
+        raise
+    if t.dtype != dtype:
+        t = t.view(dtype)
+    return t
+
+
+def empty(shape: Shape, dtype: torch.dtype = torch.float32, device: Optional[int] = None) -> torch.Tensor:
+    """A tensor in new, exportable device memory (contents unspecified).
+
+    device is an ascend_ipc device id (None: the current device).
+    """
+    return _wrap(_C.empty(shape, _storage_dtype(dtype), device), dtype)
+
+
+def zeros(shape: Shape, dtype: torch.dtype = torch.float32, device: Optional[int] = None) -> torch.Tensor:
+    """Like empty(), filled with zeros."""
+    return _wrap(_C.zeros(shape, _storage_dtype(dtype), device), dtype)
+
+
+def from_tensor(tensor: torch.Tensor, device: Optional[int] = None) -> torch.Tensor:
+    """A copy of a CPU tensor in new, exportable device memory (contiguous)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"from_tensor() needs a torch.Tensor, not {type(tensor).__name__}")
+    out = empty(tuple(tensor.shape), tensor.dtype, device)
+    with torch.no_grad():
+        out.copy_(tensor)
+    return out
+
+
+def _view_of(tensor: torch.Tensor) -> Optional[DeviceArray]:
+    """The DeviceArray over the bytes of tensor, or None if they are not ascend_ipc memory."""
+    if tensor.layout != torch.strided or tensor.dtype not in _STORAGE or tensor.is_meta:
+        return None
+    try:
+        address = tensor.data_ptr()
+    except RuntimeError:  # tensors without storage (functional, nested, ...)
+        return None
+    size = tensor.element_size()
+    strides = [s * size for s in tensor.stride()]
+    return _C._view_at(address, tuple(tensor.shape), strides, _STORAGE[tensor.dtype])
+
+
+def is_shared(tensor: torch.Tensor) -> bool:
+    """True if tensor's bytes are ascend_ipc device memory of this process (exportable)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"is_shared() needs a torch.Tensor, not {type(tensor).__name__}")
+    view = _view_of(tensor)
+    if view is None:
+        return False
+    view.close()
+    return True
+
+
+def share(tensor: torch.Tensor, pids: Optional[Iterable[int]] = None, link: Optional[str] = None) -> IpcHandle:
+    """Exports the memory behind tensor; returns a picklable IpcHandle for its view.
+
+    pids and link as in ascend_ipc.export(). The tensor must live in ascend_ipc
+    memory (empty(), zeros(), from_tensor(), open_torch(), or torch.from_dlpack
+    of a DeviceArray), else ValueError.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"share() needs a torch.Tensor, not {type(tensor).__name__}")
+    if tensor.dtype not in _STORAGE:
+        _storage_dtype(tensor.dtype)  # raises TypeError
+    if tensor.numel() == 0:
+        # No bytes to share (torch gives such tensors no address): the handle
+        # gets a page of its own and opens as an empty tensor of this shape.
+        view = _C.empty(tuple(tensor.shape), _STORAGE[tensor.dtype])
+    else:
+        view = _view_of(tensor)
+    if view is None:
+        raise ValueError(
+            "tensor is not backed by ascend_ipc device memory; create it with ascend_ipc.torch.empty(), "
+            "zeros() or from_tensor() to share it"
+        )
+    try:
+        return _C.export(view, None if pids is None else list(pids), link, torch_dtype=_dtype_name(tensor.dtype))
+    finally:
+        view.close()
+
+
+def open_torch(handle: IpcHandle, device: Optional[int] = None) -> torch.Tensor:
+    """Opens handle as a zero-copy tensor; same as handle.open_torch(device)."""
+    if not isinstance(handle, IpcHandle):
+        raise TypeError(f"open_torch() needs an IpcHandle, not {type(handle).__name__}")
+    array = handle.open(device)
+    name = handle.torch_dtype
+    if name is None:
+        dtype = _BY_NAME.get(str(array.dtype))
+        if dtype is None:  # pragma: no cover - every DeviceArray dtype has a torch twin
+            array.close()
+            raise TypeError(f"no torch dtype for {array.dtype}")
+    else:
+        dtype = _BY_NAME.get(name)
+        if dtype is None:
+            array.close()
+            raise TypeError(f"handle records torch dtype {name!r}, which this torch does not have")
+    # The tensor's DLPack capsule holds the import; it ends when the tensor dies.
+    return _wrap(array, dtype)
+
+
+# IpcHandle.open_torch() (a C method) calls this.
+_open_torch = open_torch
+
+
+# --------------------------------------------------------------------------- torch.multiprocessing
+
+_install_lock = threading.Lock()
+_fallbacks: dict = {}
+
+
+def _rebuild_tensor(handle: IpcHandle, requires_grad: bool, parameter: bool) -> torch.Tensor:
+    """Receiver side of install(): opens the handle (module level, so spawn children find it)."""
+    tensor = open_torch(handle)
+    if parameter:
+        return torch.nn.Parameter(tensor, requires_grad=requires_grad)
+    if requires_grad:
+        tensor.requires_grad_(True)
+    return tensor
+
+
+def _reduce_tensor(fallback: Any, tensor: torch.Tensor) -> Any:
+    # Empty tensors have no bytes (nor an address) to share: torch's way is fine.
+    view = _view_of(tensor) if tensor.numel() > 0 else None
+    if view is None:
+        return fallback(tensor)
+    try:
+        if tensor.requires_grad and not tensor.is_leaf:
+            raise RuntimeError(
+                "Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd does not "
+                "support crossing process boundaries.  If you just want to transfer the data, call detach() "
+                "on the tensor before serializing (e.g., putting it on the queue)."
+            )
+        handle = _C.export(view, None, None, torch_dtype=_dtype_name(tensor.dtype))
+    finally:
+        view.close()
+    return (_rebuild_tensor, (handle, tensor.requires_grad, isinstance(tensor, torch.nn.Parameter)))
+
+
+def install() -> None:
+    """Makes tensors in ascend_ipc memory travel zero-copy through torch.multiprocessing.
+
+    Registers a reduction with multiprocessing's ForkingPickler for torch.Tensor
+    and torch.nn.Parameter that sends such tensors as an IpcHandle (export with
+    pids=None) and opens them in the receiver; every other tensor goes to the
+    reduction that was registered before (torch's own). Idempotent. Needed in
+    the sending process only.
+    """
+    with _install_lock:
+        if _fallbacks:
+            return
+        import torch.multiprocessing  # noqa: F401  (registers torch's reductions first)
+        from multiprocessing.reduction import ForkingPickler
+        from torch.multiprocessing import reductions
+
+        for cls in (torch.Tensor, torch.nn.Parameter):
+            fallback = ForkingPickler._extra_reducers.get(cls, reductions.reduce_tensor)
+            _fallbacks[cls] = fallback
+            ForkingPickler.register(cls, functools.partial(_reduce_tensor, fallback))
+
+
+def installed() -> bool:
+    """True once install() ran in this process."""
+    return bool(_fallbacks)

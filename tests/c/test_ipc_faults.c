@@ -1,0 +1,465 @@
+/* Faults: importers and exporters that die (kill -9), stop (SIGSTOP) or
+ * finalize, and a hostile client on the exporter's socket. */
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "ipc_util.h"
+
+/* ---- importer death ---------------------------------------------------------- */
+
+static int import_and_wait(chan *c, void *arg) {
+  int times = arg ? *(int *)arg : 1;
+  char key[KEYLEN];
+  from_parent(c, key, KEYLEN);
+  void *p = NULL;
+  for (int i = 0; i < times; i++) CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
+  send_int(c->up[1], 1);
+  pause(); /* until kill -9 */
+  return 0;
+}
+
+TEST(kill9_importer_releases_its_references) {
+  setenv("ASCEND_IPC_STRICT", "1", 1);
+  char key[KEYLEN], key2[KEYLEN];
+  void *p = export_new(64 * KiB, EXPORT_ANY, key);
+  void *p2 = export_new(64 * KiB, EXPORT_ANY, key2);
+  chan c, c2;
+  int three = 3;
+  chan_open(&c);
+  int pid = chan_spawn(&c, import_and_wait, &three);
+  chan_open(&c2);
+  int pid2 = chan_spawn(&c2, import_and_wait, NULL);
+  to_child(&c, key, KEYLEN);
+  to_child(&c2, key2, KEYLEN);
+  CHECK_EQ(recv_int(c.up[0]), 1);
+  CHECK_EQ(recv_int(c2.up[0]), 1);
+  CHECK_MSG(aclrtIpcMemClose(key), ACL_ERROR_RT_INTERNAL_ERROR, "still imported");
+  kill(pid, SIGKILL);
+  CHECK_EQ(th_wait(pid), 128 + SIGKILL);
+  /* its socket closed with it: the strict close succeeds right away */
+  CHECK_OK(aclrtIpcMemClose(key));
+  CHECK_OK(aclrtFree(p));
+  /* the other importer is unaffected */
+  CHECK_MSG(aclrtIpcMemClose(key2), ACL_ERROR_RT_INTERNAL_ERROR, "still imported");
+  kill(pid2, SIGKILL);
+  CHECK_EQ(th_wait(pid2), 128 + SIGKILL);
+  CHECK_OK(aclrtIpcMemClose(key2));
+  CHECK_OK(aclrtFree(p2));
+  chan_close(&c);
+  chan_close(&c2);
+  CHECK_OK(aclFinalize());
+}
+
+TEST(kill9_importer_default_mode_frees_closed_export) {
+  char key[KEYLEN];
+  size_t fr0, fr1, tot;
+  CHECK_OK(aclrtGetMemInfo(ACL_HBM_MEM, &fr0, &tot));
+  void *p = export_new(1 * MiB, EXPORT_ANY, key);
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, import_and_wait, NULL);
+  to_child(&c, key, KEYLEN);
+  CHECK_EQ(recv_int(c.up[0]), 1);
+  CHECK_OK(aclrtIpcMemClose(key)); /* deferred: the importer holds it */
+  CHECK_OK(aclrtFree(p));          /* deferred too */
+  CHECK_OK(aclrtGetMemInfo(ACL_HBM_MEM, &fr1, &tot));
+  CHECK(fr1 < fr0);
+  kill(pid, SIGKILL);
+  CHECK_EQ(th_wait(pid), 128 + SIGKILL);
+  double t0 = now_s();
+  do { /* the server thread sees the EOF and releases the block */
+    CHECK(now_s() - t0 < 10);
+    usleep(1000);
+    CHECK_OK(aclrtGetMemInfo(ACL_HBM_MEM, &fr1, &tot));
+  } while (fr1 != fr0);
+  chan_close(&c);
+  CHECK_OK(aclFinalize());
+}
+
+/* ---- exporter death ------------------------------------------------------------ */
+
+static int exporter_then_die(chan *c, void *arg) {
+  (void)arg;
+  char key[KEYLEN], key2[KEYLEN];
+  void *p = export_new(256 * KiB, EXPORT_ANY, key);
+  export_new(PAGE, EXPORT_ANY, key2);
+  fill_pattern(p, 256 * KiB, 1);
+  to_parent(c, key, KEYLEN);
+  to_parent(c, key2, KEYLEN);
+  pause();
+  return 0;
+}
+
+TEST(kill9_exporter_leaves_imports_valid) {
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, exporter_then_die, NULL);
+  char key[KEYLEN], key2[KEYLEN];
+  from_child(&c, key, KEYLEN);
+  from_child(&c, key2, KEYLEN);
+  void *p = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
+  kill(pid, SIGKILL);
+  CHECK_EQ(th_wait(pid), 128 + SIGKILL);
+  /* the mapping outlives its exporter: the data is intact and writable */
+  CHECK(check_pattern(p, 256 * KiB, 1));
+  fill_pattern(p, 256 * KiB, 2);
+  CHECK(check_pattern(p, 256 * KiB, 2));
+  void *host = NULL;
+  CHECK_OK(aclrtMallocHost(&host, 256 * KiB));
+  CHECK_OK(aclrtMemcpy(host, 256 * KiB, p, 256 * KiB, ACL_MEMCPY_DEVICE_TO_HOST));
+  CHECK(check_pattern(host, 256 * KiB, 2));
+  /* new imports of its keys fail promptly (cached connection: EOF, reconnect refused) */
+  void *q = NULL;
+  double t0 = now_s();
+  CHECK_MSG(aclrtIpcMemImportByKey(&q, key2, 0), ACL_ERROR_RT_IPC_ERROR, "gone");
+  CHECK_MSG(aclrtIpcMemImportByKey(&q, key2, 0), ACL_ERROR_RT_IPC_ERROR, "gone");
+  CHECK(now_s() - t0 < 1.0);
+  CHECK(q == NULL);
+  /* closing an import of a dead exporter still succeeds */
+  CHECK_OK(aclrtIpcMemClose(key));
+  CHECK_MSG(aclrtIpcMemClose(key), ACL_ERROR_INVALID_PARAM, "neither");
+  CHECK_OK(aclrtFreeHost(host));
+  chan_close(&c);
+  CHECK_OK(aclFinalize());
+}
+
+static int exporter_then_finalize(chan *c, void *arg) {
+  (void)arg;
+  char key[KEYLEN];
+  void *p = export_new(64 * KiB, EXPORT_ANY, key);
+  fill_pattern(p, 64 * KiB, 1);
+  to_parent(c, key, KEYLEN);
+  CHECK_EQ(recv_int(c->down[0]), 1);
+  CHECK_OK(aclFinalize()); /* ends the export, stops the server */
+  send_int(c->up[1], 2);
+  CHECK_EQ(recv_int(c->down[0]), 3);
+  return 0;
+}
+
+TEST(exporter_finalize_while_imported) {
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, exporter_then_finalize, NULL);
+  char key[KEYLEN];
+  from_child(&c, key, KEYLEN);
+  void *p = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
+  send_int(c.down[1], 1);
+  CHECK_EQ(recv_int(c.up[0]), 2);
+  CHECK(check_pattern(p, 64 * KiB, 1));
+  CHECK_OK(aclrtIpcMemClose(key));
+  void *q = NULL;
+  CHECK_MSG(aclrtIpcMemImportByKey(&q, key, 0), ACL_ERROR_RT_IPC_ERROR, "gone");
+  send_int(c.down[1], 3);
+  CHECK_EQ(th_wait(pid), 0);
+  chan_close(&c);
+  CHECK_OK(aclFinalize());
+}
+
+/* ---- a stopped exporter ------------------------------------------------------------- */
+
+static int strict_exporter(chan *c, void *arg) {
+  (void)arg;
+  setenv("ASCEND_IPC_STRICT", "1", 1);
+  char key[KEYLEN], key2[KEYLEN];
+  void *p = export_new(64 * KiB, EXPORT_ANY, key);
+  void *p2 = export_new(64 * KiB, EXPORT_ANY, key2);
+  fill_pattern(p, 64 * KiB, 1);
+  to_parent(c, key, KEYLEN);
+  to_parent(c, key2, KEYLEN);
+  CHECK_EQ(recv_int(c->down[0]), 1); /* the importer is done and closed everything */
+  CHECK_OK(aclrtIpcMemClose(key));   /* strict: so every reference came back */
+  CHECK_OK(aclrtIpcMemClose(key2));
+  CHECK_OK(aclrtFree(p));
+  CHECK_OK(aclrtFree(p2));
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+TEST(stopped_exporter_times_out_then_recovers) {
+  int timeout_ms = under_valgrind() ? 2000 : 300;
+  char t[16];
+  snprintf(t, sizeof t, "%d", timeout_ms);
+  setenv("ASCEND_IPC_TIMEOUT_MS", t, 1);
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, strict_exporter, NULL);
+  char key[KEYLEN], key2[KEYLEN];
+  from_child(&c, key, KEYLEN);
+  from_child(&c, key2, KEYLEN);
+  void *p = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&p, key2, 0)); /* a live connection and a live import */
+  CHECK_OK(aclrtIpcMemClose(key2));
+  kill(pid, SIGSTOP);
+  int st;
+  CHECK(waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st)); /* every thread of it stopped */
+  p = NULL;
+  double t0 = now_s();
+  CHECK_MSG(aclrtIpcMemImportByKey(&p, key, 0), ACL_ERROR_RT_IPC_ERROR, "no reply");
+  double dt = now_s() - t0;
+  CHECK(dt >= timeout_ms / 1000.0 * 0.9 && dt < timeout_ms / 1000.0 + 2);
+  CHECK(p == NULL);
+  kill(pid, SIGCONT);
+  /* the late reply to the abandoned request is recognised and given back;
+   * this import gets its own */
+  CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
+  CHECK(check_pattern(p, 64 * KiB, 1));
+  CHECK_OK(aclrtIpcMemClose(key));
+  send_int(c.down[1], 1);
+  CHECK_EQ(th_wait(pid), 0); /* its strict closes succeeded: counts were right */
+  chan_close(&c);
+  CHECK_OK(aclFinalize());
+}
+
+/* ---- a hostile client --------------------------------------------------------------- */
+
+static int connect_to(const char *key) {
+  key_rec k = key_decode(key);
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "ascend_ipc.%u.%016llx", k.pid,
+                   (unsigned long long)k.nonce);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  CHECK(fd >= 0);
+  CHECK(connect(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) == 0);
+  return fd;
+}
+
+static size_t msg_header(uint8_t *b, uint32_t magic, uint16_t ver, uint16_t type, uint32_t len, uint64_t req) {
+  memcpy(b, &magic, 4);
+  memcpy(b + 4, &ver, 2);
+  memcpy(b + 6, &type, 2);
+  memcpy(b + 8, &len, 4);
+  memset(b + 12, 0, 4);
+  memcpy(b + 16, &req, 8);
+  return 24;
+}
+
+static size_t msg_import(uint8_t *b, const key_rec *k, uint64_t req) {
+  msg_header(b, 0x43504941u, 1, 1, 56, req);
+  memcpy(b + 24, &k->id, 8);
+  memcpy(b + 32, k->secret, 16);
+  memset(b + 48, 0, 8);
+  return 56;
+}
+
+static size_t msg_release(uint8_t *b, uint64_t id, uint32_t count, uint64_t req) {
+  msg_header(b, 0x43504941u, 1, 3, 40, req);
+  memcpy(b + 24, &id, 8);
+  memcpy(b + 32, &count, 4);
+  memset(b + 36, 0, 4);
+  return 40;
+}
+
+/* 1 if the server closed fd (EOF within 2 s), 0 if it is still open. */
+static int closed_by_server(int fd) {
+  struct pollfd p = {fd, POLLIN, 0};
+  double t0 = now_s();
+  while (now_s() - t0 < 2) {
+    if (poll(&p, 1, 100) > 0) {
+      uint8_t b[1024];
+      ssize_t r = recv(fd, b, sizeof b, MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno == ECONNRESET)) return 1;
+      if (r < 0 && errno != EAGAIN) return 1;
+    }
+    if (p.revents & POLLHUP) return 1;
+  }
+  return 0;
+}
+
+static void good_import(const char *key) {
+  void *p = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
+  CHECK(check_pattern(p, 64 * KiB, 1));
+  CHECK_OK(aclrtIpcMemClose(key));
+}
+
+static int hostile_child(chan *c, void *arg) {
+  (void)arg;
+  char key[KEYLEN];
+  from_parent(c, key, KEYLEN);
+  key_rec k = key_decode(key);
+  uint8_t b[8192];
+  size_t n;
+  good_import(key);
+
+  struct {
+    const char *what;
+    int expect_close;
+  } cases[] = {
+      {"garbage", 1},        {"truncated header", 1}, {"oversized", 1},    {"bad magic", 1},
+      {"length mismatch", 1}, {"unknown type", 1},     {"reply type", 1},   {"release unheld", 1},
+      {"zero length", 1},    {"fd attached", 1},      {"bad flags", 1},    {"import id 0", 1},
+      {"truncated import", 1}, {"reserved set", 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    int fd = connect_to(key);
+    const char *w = cases[i].what;
+    n = msg_import(b, &k, 1);
+    if (!strcmp(w, "garbage")) {
+      for (size_t j = 0; j < 200; j++) b[j] = (uint8_t)(j * 37 + 11);
+      n = 200;
+    } else if (!strcmp(w, "truncated header")) {
+      n = 10;
+    } else if (!strcmp(w, "oversized")) {
+      memset(b + 56, 0, sizeof b - 56);
+      n = sizeof b;
+    } else if (!strcmp(w, "bad magic")) {
+      b[0] ^= 1;
+    } else if (!strcmp(w, "length mismatch")) {
+      b[8] = 57;
+    } else if (!strcmp(w, "unknown type")) {
+      b[6] = 77;
+    } else if (!strcmp(w, "reply type")) {
+      b[6] = 2;
+    } else if (!strcmp(w, "release unheld")) {
+      n = msg_release(b, k.id, 1, 1);
+    } else if (!strcmp(w, "zero length")) {
+      n = 0;
+    } else if (!strcmp(w, "bad flags")) {
+      b[48] = 2;
+    } else if (!strcmp(w, "import id 0")) {
+      memset(b + 24, 0, 8);
+    } else if (!strcmp(w, "truncated import")) {
+      n = 40;
+      b[8] = 40;
+    } else if (!strcmp(w, "reserved set")) {
+      b[12] = 1;
+    }
+    if (!strcmp(w, "fd attached")) {
+      struct iovec iov = {b, n};
+      union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr a;
+      } ctl;
+      struct msghdr mh;
+      memset(&mh, 0, sizeof mh);
+      memset(&ctl, 0, sizeof ctl);
+      mh.msg_iov = &iov;
+      mh.msg_iovlen = 1;
+      mh.msg_control = ctl.buf;
+      mh.msg_controllen = sizeof ctl.buf;
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      int zero = 0;
+      memcpy(CMSG_DATA(cm), &zero, sizeof zero);
+      CHECK(sendmsg(fd, &mh, 0) == (ssize_t)n);
+    } else {
+      CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
+    }
+    if (closed_by_server(fd) != cases[i].expect_close)
+      th_fail(__FILE__, __LINE__, "case \"%s\": the server %s the connection", w,
+              cases[i].expect_close ? "kept" : "closed");
+    close(fd);
+    good_import(key); /* everyone else is still served */
+  }
+
+  /* another protocol version: an ERROR reply, then closed */
+  int fd = connect_to(key);
+  n = msg_import(b, &k, 9);
+  b[4] = 2;
+  CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
+  struct pollfd pf = {fd, POLLIN, 0};
+  CHECK(poll(&pf, 1, 2000) == 1);
+  ssize_t r = recv(fd, b, sizeof b, 0);
+  CHECK(r >= 32 && b[6] == 4); /* ERROR */
+  CHECK(closed_by_server(fd));
+  close(fd);
+
+  /* a key holder speaking the protocol by hand: replayed imports count, replayed
+   * releases beyond what it holds get it disconnected (and its references dropped) */
+  fd = connect_to(key);
+  for (int i = 0; i < 3; i++) {
+    n = msg_import(b, &k, (uint64_t)(100 + i));
+    CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
+    uint8_t rep[1024];
+    union {
+      char buf[CMSG_SPACE(sizeof(int) * 4)];
+      struct cmsghdr a;
+    } ctl;
+    struct iovec iov = {rep, sizeof rep};
+    struct msghdr mh;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = sizeof ctl.buf;
+    r = recvmsg(fd, &mh, 0);
+    CHECK(r >= 64);
+    int32_t status;
+    memcpy(&status, rep + 24, 4);
+    CHECK_EQ(status, 0);
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+      int f;
+      memcpy(&f, CMSG_DATA(cm), sizeof f);
+      close(f);
+    }
+  }
+  send_int(c->up[1], 3); /* the exporter now sees references from us */
+  CHECK_EQ(recv_int(c->down[0]), 4);
+  n = msg_release(b, k.id, 2, 200);
+  CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
+  n = msg_release(b, k.id, 2, 201); /* only 1 left */
+  CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
+  CHECK(closed_by_server(fd));
+  close(fd);
+  good_import(key);
+
+  /* a client that floods requests and never reads its replies is dropped */
+  fd = connect_to(key);
+  int sndbuf = 1 << 22;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+  key_rec bad = k;
+  bad.secret[0] ^= 1; /* failure replies carry text: they fill the queue faster */
+  int sent = 0;
+  for (int i = 0; i < 200000; i++) {
+    n = msg_import(b, &bad, (uint64_t)i + 1000);
+    ssize_t s = send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (s < 0) {
+      if (errno == EAGAIN) {
+        usleep(1000);
+        continue;
+      }
+      break; /* EPIPE / ECONNRESET: dropped */
+    }
+    sent++;
+  }
+  CHECK(closed_by_server(fd));
+  close(fd);
+  good_import(key);
+
+  /* many idle connections do not stop the server either */
+  int idle[100];
+  for (int i = 0; i < 100; i++) idle[i] = connect_to(key);
+  good_import(key);
+  for (int i = 0; i < 100; i++) close(idle[i]);
+  send_int(c->up[1], 5);
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+TEST(hostile_client_does_not_disturb_the_exporter) {
+  setenv("ASCEND_IPC_STRICT", "1", 1);
+  char key[KEYLEN];
+  void *p = export_new(64 * KiB, EXPORT_ANY, key);
+  fill_pattern(p, 64 * KiB, 1);
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, hostile_child, NULL);
+  to_child(&c, key, KEYLEN);
+  CHECK_EQ(recv_int(c.up[0]), 3);
+  CHECK_MSG(aclrtIpcMemClose(key), ACL_ERROR_RT_INTERNAL_ERROR, "3 reference");
+  send_int(c.down[1], 4);
+  CHECK_EQ(recv_int(c.up[0]), 5);
+  CHECK_EQ(th_wait(pid), 0);
+  /* the hostile connection was dropped with its references: strict close works */
+  CHECK_OK(aclrtIpcMemClose(key));
+  CHECK_OK(aclrtFree(p));
+  chan_close(&c);
+  CHECK_OK(aclFinalize());
+}

@@ -1,0 +1,483 @@
+/*
+ * White-box tests of the runtime's internals: the ordered map, the buddy
+ * allocator, pins (the IPC layer's hold on exported blocks) and imported
+ * blocks with the cross-device copy rule. The sources are compiled into
+ * this test (the library hides these symbols), so this binary has its own
+ * copy of the runtime: it calls aipc__emu_* directly, not the acl* names.
+ */
+#define _GNU_SOURCE
+#include <sys/mman.h>
+
+#include "harness.h"
+
+#include "../../csrc/core/error.c"
+#include "../../csrc/core/hashmap.c"
+#include "../../csrc/core/ordmap.c"
+#include "../../csrc/emu/buddy.c"
+#include "../../csrc/emu/config.c"
+#include "../../csrc/emu/device.c"
+#include "../../csrc/emu/memory.c"
+#include "../../csrc/emu/stream.c"
+
+/* No IPC layer in this binary. */
+void aipc__ipc_finalize(void) {}
+
+/* This copy of the runtime keeps its own messages. */
+#undef CHECK_ACL
+#undef CHECK_OK
+#define CHECK_ACL(call, code)                                                               \
+  do {                                                                                      \
+    aclError r_ = (call);                                                                   \
+    const char *m_ = aipc__recent_err_msg();                                                \
+    if (r_ != (code))                                                                       \
+      th_fail(__FILE__, __LINE__, "%s returned %d, expected %d (%s)", #call, r_, (int)(code), \
+              m_ ? m_ : "no message");                                                      \
+    if (r_ != ACL_SUCCESS && (!m_ || !m_[0])) th_fail(__FILE__, __LINE__, "%s left no message", #call); \
+  } while (0)
+#define CHECK_OK(call) CHECK_ACL(call, ACL_SUCCESS)
+#define CHECK_MSG(call, code, needle)                                                       \
+  do {                                                                                      \
+    aclError r_ = (call);                                                                   \
+    const char *m_ = aipc__recent_err_msg();                                                \
+    if (r_ != (code))                                                                       \
+      th_fail(__FILE__, __LINE__, "%s returned %d, expected %d (%s)", #call, r_, (int)(code), \
+              m_ ? m_ : "no message");                                                      \
+    if (!m_ || !strstr(m_, needle))                                                         \
+      th_fail(__FILE__, __LINE__, "%s: message \"%s\" lacks \"%s\"", #call, m_ ? m_ : "(none)", needle); \
+  } while (0)
+
+static uint64_t rs = 88172645463325252ULL;
+static uint64_t rnd(void) {
+  rs ^= rs << 13;
+  rs ^= rs >> 7;
+  rs ^= rs << 17;
+  return rs;
+}
+
+/* ---- ordered map -------------------------------------------------------- */
+
+typedef struct item {
+  aipc__onode node;
+  int live;
+} item;
+
+/* Checks order and heap property; returns the height. */
+static int validate(const aipc__onode *t, uintptr_t lo, uintptr_t hi, size_t *count) {
+  if (!t) return 0;
+  CHECK(t->key >= lo && t->key <= hi);
+  for (int k = 0; k < 2; k++)
+    if (t->kid[k]) CHECK(t->kid[k]->prio <= t->prio);
+  (*count)++;
+  int l = validate(t->kid[0], lo, t->key ? t->key - 1 : 0, count);
+  int r = validate(t->kid[1], t->key + 1, hi, count);
+  return 1 + (l > r ? l : r);
+}
+
+TEST(ordmap_matches_a_reference) {
+  enum { K = 4096, OPS = 200000 };
+  static item items[K]; /* key of items[i] is (i + 1) * 4096 */
+  aipc__omap m = AIPC__OMAP_INIT;
+  for (int op = 0; op < OPS; op++) {
+    int i = (int)(rnd() % K);
+    uintptr_t key = (uintptr_t)(i + 1) * 4096;
+    switch (rnd() % 4) {
+      case 0:
+      case 1:
+        if (items[i].live) {
+          CHECK(aipc__omap_get(&m, key) == &items[i].node);
+          aipc__omap_remove(&m, &items[i].node);
+          items[i].live = 0;
+        } else {
+          items[i].node.key = key;
+          CHECK_EQ(aipc__omap_insert(&m, &items[i].node), 0);
+          items[i].live = 1;
+          item dup = {.node = {.key = key}};
+          CHECK_EQ(aipc__omap_insert(&m, &dup.node), -1);
+        }
+        break;
+      case 2: { /* floor of a key inside item i's page */
+        uintptr_t q = key + rnd() % 4096;
+        int j = i;
+        while (j >= 0 && !items[j].live) j--;
+        aipc__onode *f = aipc__omap_floor(&m, q);
+        CHECK(f == (j >= 0 ? &items[j].node : NULL));
+        break;
+      }
+      case 3: {
+        int j = i + 1;
+        while (j < K && !items[j].live) j++;
+        aipc__onode *n = aipc__omap_next(&m, key);
+        CHECK(n == (j < K ? &items[j].node : NULL));
+        break;
+      }
+    }
+    if (op % 20000 == 0) {
+      size_t count = 0;
+      int h = validate(m.root, 0, UINTPTR_MAX, &count);
+      CHECK_EQ(count, m.len);
+      CHECK(h < 64); /* balanced: ~2.5 log2(n) expected */
+    }
+  }
+  size_t live = 0;
+  for (int i = 0; i < K; i++) live += items[i].live;
+  CHECK_EQ(m.len, live);
+  /* An in-order walk visits every live item once, ascending. */
+  size_t seen = 0;
+  for (aipc__onode *n = aipc__omap_next(&m, 0); n; n = aipc__omap_next(&m, n->key)) seen++;
+  CHECK_EQ(seen, live);
+}
+
+static void count_node(aipc__onode *n, void *arg) {
+  (void)n;
+  (*(size_t *)arg)++;
+}
+
+TEST(ordmap_sorted_inserts_stay_shallow_and_drain) {
+  enum { K = 100000 };
+  item *items = calloc(K, sizeof *items);
+  aipc__omap m = AIPC__OMAP_INIT;
+  for (int i = 0; i < K; i++) { /* ascending keys, like arena addresses */
+    items[i].node.key = (uintptr_t)(i + 1) * 4096;
+    CHECK_EQ(aipc__omap_insert(&m, &items[i].node), 0);
+  }
+  size_t count = 0;
+  int h = validate(m.root, 0, UINTPTR_MAX, &count);
+  CHECK_EQ(count, K);
+  CHECK(h < 80);
+  size_t drained = 0;
+  aipc__omap_drain(&m, count_node, &drained);
+  CHECK_EQ(drained, K);
+  CHECK(m.root == NULL && m.len == 0);
+  free(items);
+}
+
+/* ---- buddy allocator ---------------------------------------------------- */
+
+static void check_single_free_block(aipc__buddy *b) {
+  CHECK_EQ(b->by_off.len, 1);
+  CHECK(b->heads[b->max_order] != NULL);
+  CHECK_EQ(b->heads[b->max_order]->off, 0);
+}
+
+TEST(buddy_random_alloc_free) {
+  enum { PAGES = 16384, LIVE = 2000 };
+  aipc__buddy b;
+  CHECK_EQ(aipc__buddy_init(&b, (uint64_t)PAGES * 4096), 0);
+  static unsigned char owner[PAGES]; /* page -> in use */
+  static uint64_t off[LIVE], len[LIVE];
+  size_t used = 0;
+  for (int round = 0; round < 100000; round++) {
+    int i = (int)(rnd() % LIVE);
+    if (len[i]) {
+      for (uint64_t p = off[i] / 4096; p < (off[i] + len[i]) / 4096; p++) owner[p] = 0;
+      aipc__buddy_free(&b, off[i], len[i]);
+      used -= len[i];
+      len[i] = 0;
+    } else {
+      uint64_t n = (1 + rnd() % (rnd() % 8 == 0 ? 300 : 9)) * 4096;
+      uint64_t o;
+      if (aipc__buddy_alloc(&b, n, &o) != 0) {
+        CHECK(used + n > (uint64_t)PAGES * 4096 / 4); /* only fails when fairly full */
+        continue;
+      }
+      CHECK(o % 4096 == 0 && o + n <= (uint64_t)PAGES * 4096);
+      for (uint64_t p = o / 4096; p < (o + n) / 4096; p++) {
+        CHECK(!owner[p]); /* no overlap with a live range */
+        owner[p] = 1;
+      }
+      off[i] = o;
+      len[i] = n;
+      used += n;
+    }
+  }
+  for (int i = 0; i < LIVE; i++)
+    if (len[i]) aipc__buddy_free(&b, off[i], len[i]);
+  check_single_free_block(&b); /* everything merged back */
+  aipc__buddy_destroy(&b);
+}
+
+TEST(buddy_fills_exactly_and_tails_come_back) {
+  aipc__buddy b;
+  CHECK_EQ(aipc__buddy_init(&b, 256 * 4096), 0);
+  uint64_t o, offs[256];
+  /* A 3-page block takes a 4-page one and gives its last page back: 64 of
+   * them fill the arena's aligned runs, and the 64 tails still serve
+   * single pages. */
+  uint64_t tails[64];
+  for (int i = 0; i < 64; i++) CHECK_EQ(aipc__buddy_alloc(&b, 3 * 4096, &offs[i]), 0);
+  CHECK_EQ(aipc__buddy_alloc(&b, 3 * 4096, &o), -1);
+  CHECK_EQ(aipc__buddy_alloc(&b, 2 * 4096, &o), -1);
+  for (int i = 0; i < 64; i++) {
+    CHECK_EQ(aipc__buddy_alloc(&b, 4096, &tails[i]), 0);
+    CHECK_EQ(tails[i] % (4 * 4096), 3 * 4096);
+  }
+  CHECK_EQ(aipc__buddy_alloc(&b, 4096, &o), -1);
+  for (int i = 0; i < 64; i++) aipc__buddy_free(&b, tails[i], 4096);
+  for (int i = 0; i < 64; i++) aipc__buddy_free(&b, offs[i], 3 * 4096);
+  check_single_free_block(&b);
+  CHECK_EQ(aipc__buddy_alloc(&b, 256 * 4096, &o), 0);
+  CHECK_EQ(o, 0);
+  CHECK_EQ(aipc__buddy_alloc(&b, 4096, &o), -1);
+  CHECK_EQ(aipc__buddy_alloc(&b, 257 * 4096, &o), -1);
+  aipc__buddy_free(&b, 0, 256 * 4096);
+  for (int i = 0; i < 256; i++) CHECK_EQ(aipc__buddy_alloc(&b, 4096, &offs[i]), 0);
+  CHECK_EQ(aipc__buddy_alloc(&b, 4096, &o), -1);
+  for (int i = 255; i >= 0; i -= 2) aipc__buddy_free(&b, offs[i], 4096);
+  for (int i = 0; i < 256; i += 2) aipc__buddy_free(&b, offs[i], 4096);
+  check_single_free_block(&b);
+  aipc__buddy_destroy(&b);
+}
+
+/* ---- pins --------------------------------------------------------------- */
+
+static void *dev_alloc(size_t n) {
+  void *p = NULL;
+  CHECK_OK(aipc__emu_malloc(&p, n, ACL_MEM_MALLOC_HUGE_FIRST));
+  return p;
+}
+
+static aipc__block *find_locked(const void *p) {
+  aipc__mem_rdlock();
+  aipc__block *b = aipc__mem_find(p);
+  aipc__mem_unlock();
+  return b;
+}
+
+TEST(pinned_free_defers_release) {
+  void *p = dev_alloc(3 * 4096);
+  aipc__block *b = find_locked((char *)p + 5000);
+  CHECK(b && b->base == (uintptr_t)p && b->size == 3 * 4096 && b->kind == AIPC_MEM_DEVICE && b->device == 0);
+  aipc__mem_wrlock();
+  aipc__mem_pin(b);
+  aipc__mem_pin(b);
+  aipc__mem_unlock();
+  CHECK_OK(aipc__emu_free(p)); /* default mode: succeeds, release deferred */
+  CHECK(find_locked(p) == b && b->user_freed);
+  CHECK_EQ(aipc__mem_used(0), 3 * 4096); /* still counted */
+  /* Gone for the user. */
+  char h[16];
+  CHECK_MSG(aipc__emu_free(p), ACL_ERROR_INVALID_PARAM, "already freed");
+  CHECK_MSG(aipc__emu_memcpy(h, 16, p, 16, ACL_MEMCPY_DEVICE_TO_HOST), ACL_ERROR_INVALID_PARAM, "released");
+  CHECK_ACL(aipc__emu_memcpy(p, 16, h, 16, ACL_MEMCPY_HOST_TO_DEVICE), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aipc__emu_memset(p, 16, 0, 16), ACL_ERROR_INVALID_PARAM);
+  /* The memory itself stays valid for the exporter's importers. */
+  ((char *)p)[0] = 42;
+  aipc__mem_wrlock();
+  aipc__mem_unpin(b);
+  aipc__mem_unlock();
+  CHECK(find_locked(p) == b);
+  aipc__mem_wrlock();
+  aipc__mem_unpin(b); /* the last one releases it */
+  aipc__mem_unlock();
+  CHECK(find_locked(p) == NULL);
+  CHECK_EQ(aipc__mem_used(0), 0);
+  CHECK_MSG(aipc__emu_free(p), ACL_ERROR_INVALID_PARAM, "not allocated");
+  /* The range is reusable and zeroed (its pages were punched out). */
+  void *q = dev_alloc(3 * 4096);
+  CHECK(q == p);
+  CHECK_EQ(((char *)q)[0], 0);
+  CHECK_OK(aipc__emu_free(q));
+  CHECK_OK(aipc__emu_finalize());
+}
+
+TEST(pin_then_unpin_without_free_keeps_the_block) {
+  void *p = dev_alloc(4096);
+  aipc__block *b = find_locked(p);
+  aipc__mem_wrlock();
+  aipc__mem_pin(b);
+  aipc__mem_unpin(b);
+  aipc__mem_unlock();
+  CHECK(find_locked(p) == b && !b->user_freed);
+  CHECK_OK(aipc__emu_memset(p, 4096, 1, 4096));
+  CHECK_OK(aipc__emu_free(p));
+  CHECK_EQ(aipc__mem_used(0), 0);
+  CHECK_OK(aipc__emu_finalize());
+}
+
+TEST(pinned_free_fails_in_strict_mode) {
+  setenv("ASCEND_IPC_STRICT", "1", 1);
+  void *p = dev_alloc(4096);
+  aipc__block *b = find_locked(p);
+  aipc__mem_wrlock();
+  aipc__mem_pin(b);
+  aipc__mem_unlock();
+  CHECK_MSG(aipc__emu_free(p), ACL_ERROR_RT_INTERNAL_ERROR, "aclrtIpcMemClose");
+  CHECK(!b->user_freed);
+  CHECK_OK(aipc__emu_memset(p, 4096, 1, 4096)); /* still the user's */
+  aipc__mem_wrlock();
+  aipc__mem_unpin(b);
+  aipc__mem_unlock();
+  CHECK_OK(aipc__emu_free(p));
+  CHECK_OK(aipc__emu_finalize());
+}
+
+TEST(finalize_with_pinned_and_imported_blocks_leaks_nothing) {
+  void *p = dev_alloc(4096), *q = dev_alloc(4096);
+  aipc__mem_wrlock();
+  aipc__mem_pin(aipc__mem_find(p));
+  aipc__mem_pin(aipc__mem_find(q));
+  aipc__mem_unlock();
+  CHECK_OK(aipc__emu_free(q));
+  void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  aipc__mem_wrlock();
+  CHECK(aipc__mem_add_import(m, 4096, 1, NULL) != NULL);
+  aipc__mem_unlock();
+  CHECK_OK(aipc__emu_finalize()); /* valgrind checks the bookkeeping went */
+  CHECK(find_locked(p) == NULL && find_locked(m) == NULL);
+  munmap(m, 4096);
+}
+
+/* ---- imported blocks and the cross-device rule -------------------------- */
+
+/* Maps device dev's block at p a second time, as the IPC layer does for an
+ * importer, and registers the mapping as an import. */
+static void *fake_import(void *p, size_t n, int32_t dev) {
+  aipc__mem_rdlock();
+  aipc__block *b = aipc__mem_find(p);
+  int fd = aipc__mem_arena_fd(dev);
+  uint64_t off = b->arena_offset;
+  aipc__mem_unlock();
+  CHECK(fd >= 0);
+  void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
+  CHECK(m != MAP_FAILED);
+  aipc__mem_wrlock();
+  aipc__block *ib = aipc__mem_add_import(m, n, dev, (void *)0x1);
+  aipc__mem_unlock();
+  CHECK(ib && ib->kind == AIPC_MEM_IMPORT && ib->device == dev && ib->ipc == (void *)0x1);
+  return m;
+}
+
+static void drop_import(void *m, size_t n) {
+  aipc__mem_wrlock();
+  aipc__mem_remove_import(aipc__mem_find(m));
+  aipc__mem_unlock();
+  munmap(m, n);
+}
+
+TEST(arena_fd) {
+  CHECK_EQ(aipc__mem_arena_fd(0), -1); /* no memory yet */
+  CHECK_EQ(aipc__mem_arena_fd(-1), -1);
+  CHECK_EQ(aipc__mem_arena_fd(64), -1);
+  void *p = dev_alloc(4096);
+  int fd = aipc__mem_arena_fd(0);
+  CHECK(fd >= 0);
+  CHECK_EQ(aipc__mem_arena_fd(1), -1);
+  CHECK_OK(aipc__emu_free(p));
+  CHECK_EQ(aipc__mem_arena_fd(0), fd); /* the arena outlives its blocks */
+  CHECK_OK(aipc__emu_finalize());
+  CHECK_EQ(aipc__mem_arena_fd(0), -1);
+}
+
+TEST(import_blocks_are_not_freeable) {
+  CHECK_OK(aipc__emu_set_device(1));
+  void *src = dev_alloc(2 * 4096);
+  void *imp = fake_import(src, 2 * 4096, 1);
+  CHECK_MSG(aipc__emu_free(imp), ACL_ERROR_INVALID_PARAM, "released with aclrtIpcMemClose");
+  CHECK_MSG(aipc__emu_free((char *)imp + 4096), ACL_ERROR_INVALID_PARAM, "aclrtIpcMemClose");
+  CHECK_MSG(aipc__emu_free_host(imp), ACL_ERROR_INVALID_PARAM, "aclrtIpcMemClose");
+  /* Overlapping registrations are refused, as are empty ones. */
+  aipc__mem_wrlock();
+  CHECK(aipc__mem_add_import(imp, 4096, 1, NULL) == NULL);
+  CHECK(aipc__mem_add_import((char *)imp + 4096, 4096, 1, NULL) == NULL);
+  CHECK(aipc__mem_add_import(src, 4096, 1, NULL) == NULL);
+  CHECK(aipc__mem_add_import(NULL, 4096, 1, NULL) == NULL);
+  CHECK(aipc__mem_add_import((char *)imp + 65536, 0, 1, NULL) == NULL);
+  aipc__mem_unlock();
+  drop_import(imp, 2 * 4096);
+  CHECK_OK(aipc__emu_free(src));
+  CHECK_OK(aipc__emu_finalize());
+}
+
+TEST(cross_device_rule_on_imported_memory) {
+  enum { N = 2 * 4096 };
+  CHECK_OK(aipc__emu_set_device(1));
+  void *exported = dev_alloc(N); /* "the exporter's" block on device 1 */
+  void *imp = fake_import(exported, N, 1);
+  CHECK_OK(aipc__emu_set_device(0));
+  void *local = dev_alloc(N);
+  char *h = calloc(1, N);
+  aclrtStream s;
+  CHECK_OK(aipc__emu_create_stream(&s));
+
+  /* Current device 0, memory imported from device 1. */
+  CHECK_MSG(aipc__emu_memcpy(imp, N, h, N, ACL_MEMCPY_HOST_TO_DEVICE), ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "imported from device 1");
+  CHECK_ACL(aipc__emu_memcpy(imp, N, h, N, ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+  CHECK_ACL(aipc__emu_memcpy(h, N, imp, N, ACL_MEMCPY_DEVICE_TO_HOST), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+  CHECK_ACL(aipc__emu_memcpy(h, N, imp, N, ACL_MEMCPY_DEFAULT), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+  CHECK_ACL(aipc__emu_memcpy(local, N, imp, N, ACL_MEMCPY_DEFAULT), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+  CHECK_MSG(aipc__emu_memcpy(local, N, imp, N, ACL_MEMCPY_DEVICE_TO_DEVICE), ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "asynchronous");
+  CHECK_ACL(aipc__emu_memcpy(imp, N, local, N, ACL_MEMCPY_DEVICE_TO_DEVICE), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+  CHECK_ACL(aipc__emu_memcpy(imp, N, local, N, ACL_MEMCPY_INTER_DEVICE_TO_DEVICE), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+  CHECK_ACL(aipc__emu_memcpy(imp, N, local, N, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aipc__emu_memcpy(imp, N, h, N, ACL_MEMCPY_HOST_TO_HOST), ACL_ERROR_INVALID_PARAM);
+  /* The same on a stream, except device-to-device. */
+  CHECK_ACL(aipc__emu_memcpy_async(imp, N, h, N, ACL_MEMCPY_HOST_TO_DEVICE, s), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+  CHECK_ACL(aipc__emu_memcpy_async(h, N, imp, N, ACL_MEMCPY_DEVICE_TO_HOST, s), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+  CHECK_ACL(aipc__emu_memcpy_async(local, N, imp, N, ACL_MEMCPY_DEFAULT, s), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+  CHECK_ACL(aipc__emu_memcpy_async(h, N, imp, N, ACL_MEMCPY_DEFAULT, NULL), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+  memset(exported, 0x5c, N);
+  CHECK_OK(aipc__emu_memcpy_async(local, N, imp, N, ACL_MEMCPY_DEVICE_TO_DEVICE, s));
+  CHECK_OK(aipc__emu_synchronize_stream(s));
+  CHECK(((unsigned char *)local)[N - 1] == 0x5c);
+  CHECK_OK(aipc__emu_memset(local, N, 0x6d, N));
+  CHECK_OK(aipc__emu_memcpy_async(imp, N, local, N, ACL_MEMCPY_INTER_DEVICE_TO_DEVICE, s));
+  CHECK_OK(aipc__emu_synchronize_stream(s));
+  CHECK(((unsigned char *)exported)[0] == 0x6d); /* same bytes, no copy */
+  CHECK_OK(aipc__emu_memcpy_async(imp, N, imp, N, ACL_MEMCPY_DEVICE_TO_DEVICE, NULL));
+  CHECK_OK(aipc__emu_synchronize_stream(NULL));
+  /* Memset has no such limit. */
+  CHECK_OK(aipc__emu_memset(imp, N, 0x11, N));
+  CHECK(((unsigned char *)exported)[N - 1] == 0x11);
+  /* Overruns of an import are caught like any block's. */
+  CHECK_ACL(aipc__emu_memset((char *)imp + 1, N, 0, N), ACL_ERROR_INVALID_PARAM);
+
+  /* On the exporter's device (1) every kind works. */
+  CHECK_OK(aipc__emu_set_device(1));
+  memset(h, 0x22, N);
+  CHECK_OK(aipc__emu_memcpy(imp, N, h, N, ACL_MEMCPY_HOST_TO_DEVICE));
+  CHECK_OK(aipc__emu_memcpy(h, N, imp, N, ACL_MEMCPY_DEVICE_TO_HOST));
+  CHECK_OK(aipc__emu_memcpy(h, N, imp, N, ACL_MEMCPY_DEFAULT));
+  CHECK_OK(aipc__emu_memcpy(local, N, imp, N, ACL_MEMCPY_DEVICE_TO_DEVICE));
+  CHECK_OK(aipc__emu_memcpy(local, N, imp, N, ACL_MEMCPY_INTER_DEVICE_TO_DEVICE));
+  CHECK_OK(aipc__emu_memcpy(exported, N, imp, N, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE));
+  CHECK_OK(aipc__emu_memcpy_async(imp, N, h, N, ACL_MEMCPY_HOST_TO_DEVICE, s));
+  CHECK_OK(aipc__emu_synchronize_stream(s));
+  CHECK(((unsigned char *)local)[7] == 0x22);
+
+  CHECK_OK(aipc__emu_destroy_stream(s));
+  drop_import(imp, N);
+  CHECK_OK(aipc__emu_free(exported));
+  CHECK_OK(aipc__emu_free(local));
+  free(h);
+  CHECK_OK(aipc__emu_finalize());
+}
+
+TEST(import_removed_before_queued_copy_runs) {
+  enum { N = 4096 };
+  size_t big = 64 << 20;
+  CHECK_OK(aipc__emu_set_device(1));
+  void *exported = dev_alloc(N);
+  void *imp = fake_import(exported, N, 1);
+  CHECK_OK(aipc__emu_set_device(0));
+  void *a = dev_alloc(big), *b = dev_alloc(big), *local = dev_alloc(N);
+  aclrtStream s;
+  CHECK_OK(aipc__emu_create_stream(&s));
+  CHECK_OK(aipc__emu_memset(a, big, 1, big));
+  for (int i = 0; i < 4; i++) CHECK_OK(aipc__emu_memcpy_async(b, big, a, big, ACL_MEMCPY_DEVICE_TO_DEVICE, s));
+  CHECK_OK(aipc__emu_memcpy_async(local, N, imp, N, ACL_MEMCPY_DEVICE_TO_DEVICE, s));
+  /* The writer waits for the running copy, and the queued one then sees
+   * the import gone (the map forgets it before the unmap, under the lock). */
+  aipc__mem_wrlock();
+  aipc__mem_remove_import(aipc__mem_find(imp));
+  munmap(imp, N);
+  aipc__mem_unlock();
+  CHECK_MSG(aipc__emu_synchronize_stream(s), ACL_ERROR_INVALID_PARAM, "queued work failed");
+  CHECK_OK(aipc__emu_destroy_stream(s));
+  CHECK_OK(aipc__emu_free(a));
+  CHECK_OK(aipc__emu_free(b));
+  CHECK_OK(aipc__emu_free(local));
+  CHECK_OK(aipc__emu_free(exported));
+  CHECK_OK(aipc__emu_finalize());
+}

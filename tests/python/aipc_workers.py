@@ -1,0 +1,400 @@
+"""Child-process side of the Python tests.
+
+``Worker`` runs functions of this module in a long-lived child process (any start
+method) and returns their results or re-raises their exceptions. The functions live
+here, in an importable module without pytest, so spawn and forkserver children can
+find them and start quickly. Nothing here imports torch unless a torch task runs.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import queue
+import time
+import traceback
+from multiprocessing.reduction import ForkingPickler
+
+import numpy as np
+
+import ascend_ipc as aipc
+
+# ---------------------------------------------------------------------------- the worker
+
+
+class WorkerError(RuntimeError):
+    """An exception of the child that could not be sent as itself."""
+
+
+def _serve(requests, responses):
+    while True:
+        item = requests.get()
+        if item is None:
+            return
+        fn, args, kwargs = item
+        try:
+            value = ("ok", fn(*args, **kwargs))
+        except BaseException as exc:  # report everything, keep serving
+            text = traceback.format_exc()
+            try:
+                ForkingPickler.dumps(exc)
+                value = ("err", (exc, text))
+            except Exception:
+                value = ("err", (WorkerError(text), text))
+        try:
+            ForkingPickler.dumps(value)
+        except Exception:
+            value = ("err", (WorkerError("result cannot be pickled:\n" + traceback.format_exc()), ""))
+        responses.put(value)
+        del value, item, fn, args, kwargs
+
+
+class Worker:
+    def __init__(self, ctx, name: str = "aipc-test-worker"):
+        self.ctx = ctx
+        self._requests = ctx.Queue()
+        self._responses = ctx.Queue()
+        self.process = ctx.Process(target=_serve, args=(self._requests, self._responses), name=name, daemon=True)
+        self.process.start()
+        self.pid = self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def call(self, fn, *args, timeout: float = 120, **kwargs):
+        self._requests.put((fn, args, kwargs))
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                status, value = self._responses.get(timeout=0.2)
+                break
+            except queue.Empty:
+                if not self.process.is_alive():
+                    raise WorkerError(f"worker {self.pid} died (exit code {self.process.exitcode})") from None
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise TimeoutError(f"worker {self.pid} did not answer {fn.__name__} within {timeout} s") from None
+        if status == "ok":
+            return value
+        exc, text = value
+        if text:
+            exc.add_note("in the worker process:\n" + text) if hasattr(exc, "add_note") else None
+        raise exc
+
+    def stop(self, timeout: float = 10):
+        if self.process.is_alive():
+            try:
+                self._requests.put(None)
+            except Exception:
+                pass
+            self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        for q in (self._requests, self._responses):
+            q.close()
+            q.cancel_join_thread()
+
+
+# ---------------------------------------------------------------------------- state kept in the child
+
+_kept: dict = {}
+
+
+def keep(name, obj):
+    _kept[name] = obj
+
+
+def drop(name=None):
+    if name is None:
+        _kept.clear()
+    else:
+        _kept.pop(name, None)
+    gc.collect()
+
+
+def held_count():
+    return len(_kept)
+
+
+# ---------------------------------------------------------------------------- plain tasks
+
+
+def info():
+    return {"pid": os.getpid(), "tgid": aipc.bare_tgid(), "provider": aipc.provider(), "device": aipc.current_device()}
+
+
+def live_allocations():
+    return aipc._C._live_allocations()
+
+
+def open_read(handle, device=None):
+    """Opens, copies the view to the host, closes."""
+    with handle.open(device) as b:
+        return b.numpy()
+
+
+def open_info(handle):
+    with handle.open() as b:
+        return {"shape": b.shape, "strides": b.strides, "dtype": str(b.dtype), "nbytes": b.nbytes,
+                "ptr": b.data_ptr, "device": b.device, "is_import": b.is_import}
+
+
+def open_add(handle, amount):
+    """Opens, adds amount in place through numpy.from_dlpack, returns what it saw first."""
+    with handle.open() as b:
+        x = np.from_dlpack(b)
+        before = x.copy()
+        x += np.asarray(amount).astype(x.dtype)
+        del x
+    return before
+
+
+def open_set_through_dlpack(handle, values):
+    with handle.open() as b:
+        x = np.from_dlpack(b)
+        before = x.copy()
+        x[...] = values
+        del x
+    return before
+
+
+def open_error(handle, device=None):
+    """The AclError of opening handle, as (code, name, message), or None if it opened."""
+    try:
+        b = handle.open(device)
+    except aipc.AclError as e:
+        return (e.code, e.name, e.message)
+    b.close()
+    return None
+
+
+def open_and_keep(name, handle):
+    b = handle.open()
+    keep(name, b)
+    return b.data_ptr
+
+
+def read_kept(name):
+    return _kept[name].numpy()
+
+
+def write_kept(name, values):
+    x = np.from_dlpack(_kept[name])
+    x[...] = values
+    return True
+
+
+def export_new(values, pids=None, name="exported"):
+    """Exports a new array holding values; keeps it alive here; returns the handle."""
+    a = aipc.from_numpy(np.asarray(values))
+    keep(name, a)
+    return aipc.export(a, pids=pids)
+
+
+def open_many(handles):
+    """Opens each handle, checks element 0 equals its index, writes -index, closes."""
+    bad = []
+    for i, h in enumerate(handles):
+        with h.open() as b:
+            x = np.from_dlpack(b)
+            if int(x[0]) != i:
+                bad.append(i)
+            x[0] = -i
+            del x
+    return bad
+
+
+def recv_many(q, n):
+    """Takes n handles from a multiprocessing queue and processes them like open_many."""
+    handles = [q.get(timeout=60) for _ in range(n)]
+    return open_many(handles)
+
+
+def open_all_dtypes(handles):
+    """{dtype: values} for a dict of handles; adds 1 (True for bool) in place."""
+    out = {}
+    for name, h in handles.items():
+        with h.open() as b:
+            x = np.from_dlpack(b)
+            out[name] = x.copy()
+            if x.dtype == np.bool_:
+                x[...] = ~x
+            else:
+                x += 1
+            del x
+    return out
+
+
+def unpickle_only(blob):
+    """Unpickles a handle without opening it; reports what it sees."""
+    h = pickle.loads(blob)
+    return {"key": h.key, "closed": h.closed, "is_exporter": h.is_exporter, "live": len(aipc._C._live_allocations())}
+
+
+def bytes_of(handle):
+    with handle.open() as b:
+        return b.numpy().tobytes()
+
+
+def write_last_byte(handle, value):
+    with handle.open() as b:
+        x = np.from_dlpack(b)
+        x[-1] = value
+        del x
+        return b.nbytes
+
+
+def rss_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
+
+
+def sleep_then(value, seconds):
+    time.sleep(seconds)
+    return value
+
+
+# ---------------------------------------------------------------------------- torch tasks
+
+
+def torch_setup():
+    import torch
+
+    torch.set_num_threads(1)
+    import ascend_ipc.torch  # noqa: F401
+
+    return True
+
+
+def torch_open_fill(handle, value):
+    """Opens as a tensor, remembers what it saw, fills with value, drops the import."""
+    import torch
+
+    torch.set_num_threads(1)
+    t = handle.open_torch()
+    seen = t.clone()
+    t.fill_(value)
+    info = {"dtype": str(t.dtype), "shape": tuple(t.shape), "stride": t.stride()}
+    del t
+    gc.collect()
+    return seen, info
+
+
+def torch_open_add_all(handles):
+    """{name: (seen, dtype)} for a dict of handles; adds 1 in place (logical not for bool)."""
+    import torch
+
+    torch.set_num_threads(1)
+    out = {}
+    for name, h in handles.items():
+        t = h.open_torch()
+        out[name] = (t.clone(), str(t.dtype))
+        if t.dtype == torch.bool:
+            t.logical_not_()
+        elif t.dtype in (torch.uint16, torch.uint32, torch.uint64):  # torch has no add for these
+            t.copy_(torch.from_numpy(t.numpy() + np.array(1, dtype=t.numpy().dtype)))
+        else:
+            t.add_(1)
+        del t
+    gc.collect()
+    return out
+
+
+def torch_recv_tensor(tensor, value):
+    """Receives a tensor through the request queue (install() reduction), writes value in place."""
+    import ascend_ipc.torch as atorch
+
+    import torch
+
+    seen = tensor.detach().clone()
+    shared = atorch.is_shared(tensor)
+    with torch.no_grad():
+        tensor.fill_(value)
+    return seen, shared, type(tensor).__name__, tensor.requires_grad, str(tensor.dtype)
+
+
+def torch_mp_receiver(q_in, q_out):
+    """Target of a torch.multiprocessing process: receives tensors, writes, reports."""
+    import torch
+
+    torch.set_num_threads(1)
+    import ascend_ipc.torch as atorch
+
+    try:
+        while True:
+            item = q_in.get(timeout=120)
+            if item is None:
+                break
+            tag, tensor = item
+            seen = tensor.clone()
+            shared = atorch.is_shared(tensor)
+            tensor.add_(1)
+            q_out.put((tag, seen, shared))
+            del tensor, item
+    except BaseException:
+        q_out.put(("error", traceback.format_exc(), None))
+
+
+def recv_many_to(q_in, q_out, n):
+    """Process target: n handles arrive one by one on q_in; the result goes to q_out."""
+    try:
+        q_out.put(("ok", recv_many(q_in, n)))
+    except BaseException:
+        q_out.put(("err", traceback.format_exc()))
+
+
+def try_allow(handle, pid):
+    """allow() from a process that is not the exporter: the runtime's answer."""
+    try:
+        handle.allow(pid)
+    except aipc.AclError as e:
+        return (e.code, e.name)
+    return None
+
+
+def close_twice(handle):
+    with handle.open() as b:
+        x = b.numpy()
+    b.close()
+    handle.close()
+    handle.close()
+    return x, handle.closed
+
+
+def fork_child_checks(a, h, view, q):
+    """Runs in a child forked while the parent held a, its view and its exporter handle h."""
+    try:
+        out = {}
+        for name, op in (("numpy", a.numpy), ("dlpack", a.__dlpack__), ("export", lambda: aipc.export(a)),
+                         ("slice", lambda: a[1:]), ("view_numpy", view.numpy), ("data_ptr", lambda: a.data_ptr)):
+            try:
+                op()
+                out[name] = "no error"
+            except ValueError as e:
+                out[name] = "fork" in str(e)
+        out["repr"] = "inherited across fork" in repr(a)
+        out["shape"] = a.shape
+        out["is_exporter"] = h.is_exporter
+        with h.open() as b:  # the parent's export, imported like any other process
+            x = np.from_dlpack(b)
+            out["seen"] = x.tolist()
+            x += 10
+            del x
+        h.close()  # only this child's copy of the handle
+        out["handle_closed"] = h.closed
+        del a, view, h
+        gc.collect()  # must not free (or touch) the parent's memory
+        fresh = aipc.from_numpy(np.arange(3))
+        out["fresh"] = fresh.numpy().tolist()
+        fresh.close()
+        q.put(("ok", out))
+    except BaseException:
+        q.put(("err", traceback.format_exc()))

@@ -1,0 +1,144 @@
+"""Shared fixtures of the Python tests: a per-test timeout and reaped worker processes.
+
+Timeouts: every test gets SIGALRM after its limit (``@pytest.mark.timeout(seconds)``,
+default ASCEND_IPC_TEST_TIMEOUT or 600 s), which fails it with the stacks of all threads;
+a faulthandler watchdog ends the whole run if even that cannot interrupt it. (If the
+pytest-timeout plugin is installed, it handles the same marker instead.)
+
+Workers: ``workers`` gives long-lived child processes per start method (spawn, fork,
+forkserver), reused across tests so the suite does not pay interpreter and torch start-up
+for each one; every child is reaped at the end of the session, or at once if a call to it
+times out.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import multiprocessing
+import os
+import signal
+import sys
+import traceback
+
+import pytest
+
+import aipc_workers
+
+DEFAULT_TIMEOUT = float(os.environ.get("ASCEND_IPC_TEST_TIMEOUT", "600"))
+START_METHODS = ("spawn", "fork", "forkserver")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "timeout(seconds): fail the test if it runs longer than this")
+
+
+def _plugin_timeout(config) -> bool:
+    return config.pluginmanager.hasplugin("timeout")
+
+
+@pytest.fixture(autouse=True)
+def _per_test_timeout(request):
+    if _plugin_timeout(request.config) or not hasattr(signal, "SIGALRM"):
+        yield
+        return
+    marker = request.node.get_closest_marker("timeout")
+    seconds = float(marker.args[0]) if marker and marker.args else DEFAULT_TIMEOUT
+
+    def on_alarm(signum, frame):
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        pytest.fail(f"test timed out after {seconds:g} s", pytrace=False)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    # Backstop for a test stuck where the alarm cannot interrupt it: dump and exit.
+    faulthandler.dump_traceback_later(seconds + 60, exit=True)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        faulthandler.cancel_dump_traceback_later()
+        signal.signal(signal.SIGALRM, previous)
+
+
+class WorkerPool:
+    """Long-lived workers per start method; every one is reaped in close()."""
+
+    def __init__(self):
+        self._workers: dict = {}
+
+    def get(self, method: str, index: int = 0) -> aipc_workers.Worker:
+        key = (method, index)
+        worker = self._workers.get(key)
+        if worker is None or not worker.alive():
+            if worker is not None:
+                worker.stop()
+            worker = aipc_workers.Worker(multiprocessing.get_context(method))
+            self._workers[key] = worker
+        return worker
+
+    def fresh(self, method: str) -> aipc_workers.Worker:
+        """A worker of one's own (the caller stops it; close() reaps it regardless)."""
+        worker = aipc_workers.Worker(multiprocessing.get_context(method))
+        self._workers[(method, "fresh", id(worker))] = worker
+        return worker
+
+    def close(self):
+        for worker in self._workers.values():
+            worker.stop()
+        self._workers.clear()
+
+
+@pytest.fixture(scope="session")
+def workers():
+    pool = WorkerPool()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture(params=START_METHODS)
+def method(request):
+    return request.param
+
+
+@pytest.fixture
+def worker(workers, method):
+    return workers.get(method)
+
+
+def run_python(code: str, env=None, timeout: float = 60):
+    """Runs code in a fresh interpreter (own process group, killed on timeout)."""
+    import subprocess
+
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"subprocess timed out after {timeout} s\nstdout:\n{out}\nstderr:\n{err}")
+    return proc.returncode, out, err
+
+
+@pytest.fixture
+def python():
+    return run_python
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Any child a test forgot: reap it rather than leave it behind.
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(5)
+    if multiprocessing.active_children():  # pragma: no cover
+        traceback.print_stack()
