@@ -100,13 +100,14 @@ ASAN_VENV = .venv-asan
 $(ASAN_VENV)/.installed: $(PY_SRCS)
 	test -x $(ASAN_VENV)/bin/python || $(PYTHON) -m venv $(ASAN_VENV)
 	$(ASAN_VENV)/bin/python -m pip install -q setuptools wheel numpy
+	$(ASAN_VENV)/bin/python -m pip install -q --no-build-isolation '.[test]'
+	# Last, so no later install replaces the sanitized build with a plain one.
 	ASCEND_IPC_SANITIZE=1 $(ASAN_VENV)/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps .
-	$(ASAN_VENV)/bin/python -m pip install -q '.[test]'
 	touch $@
 
 test-py-asan: $(ASAN_VENV)/.installed
 	cd tests && LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
-	  PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
+	  ASCEND_IPC_EXPECT_SANITIZED=1 PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ../$(ASAN_VENV)/bin/python -m pytest -q -p no:cacheprovider python
 

@@ -45,7 +45,8 @@ def _flags():
         "-Wall",
         "-Wextra",
         "-Wno-unused-parameter",
-        "-Wno-missing-field-initializers",
+        "-Wshadow",
+        "-Wstrict-prototypes",
     ]
     link_args = ["-pthread"]
     if not _env_on("ASCEND_IPC_NO_WERROR"):
@@ -66,10 +67,16 @@ extension = Extension(
     sources=_sources(),
     depends=_headers(),
     include_dirs=["csrc/include", "csrc", "csrc/python", numpy.get_include()],
-    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=_compile_args,
     extra_link_args=_link_args,
     language="c",
 )
 
-setup(ext_modules=[extension])
+# Each flavour builds in a folder of its own, so a sanitizer build never reuses
+# objects (or an up-to-date extension) of a plain one, nor the other way round.
+_flavour = "python" + ("-asan" if _env_on("ASCEND_IPC_SANITIZE") else "") + ("-debug" if _env_on("ASCEND_IPC_DEBUG") else "")
+
+setup(
+    ext_modules=[extension],
+    options={"build": {"build_base": os.path.join("build", _flavour)}},
+)

@@ -482,6 +482,31 @@ fail:
   return NULL;
 }
 
+/* __array__(dtype=None, copy=None): numpy's conversion protocol. Device memory
+ * reaches the host only by a copy, so this is numpy() (plus a cast); copy=False
+ * cannot be honoured and says how to share instead. */
+static PyObject *array_array(PyObject *op, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"dtype", "copy", NULL};
+  PyObject *dtype = Py_None, *copy = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:__array__", kwlist, &dtype, &copy)) return NULL;
+  if (copy == Py_False) {
+    PyErr_SetString(PyExc_ValueError,
+                    "a DeviceArray converts to a numpy array only by a copy; numpy.from_dlpack(a) shares "
+                    "the memory instead");
+    return NULL;
+  }
+  PyObject *host = array_numpy(op, NULL);
+  if (host == NULL || dtype == Py_None) return host;
+  PyArray_Descr *d = NULL;
+  if (!PyArray_DescrConverter(dtype, &d)) {
+    Py_DECREF(host);
+    return NULL;
+  }
+  PyObject *cast = PyArray_CastToType((PyArrayObject *)host, d, 0); /* steals d */
+  Py_DECREF(host);
+  return cast;
+}
+
 static PyObject *array_close(PyObject *op, PyObject *unused) {
   aipc_py_allocation *alloc = SELF->alloc;
   if (alloc == NULL) Py_RETURN_NONE; /* closing twice is harmless */
@@ -662,6 +687,8 @@ static PyMethodDef array_methods[] = {
      "close()\n\nDrops this array's claim on its memory; the memory is given back once nothing\n"
      "else (views, handles, DLPack consumers) uses it. Closing twice is harmless."},
     {"is_contiguous", array_is_contiguous, METH_NOARGS, "is_contiguous() -> bool (C order)"},
+    {"__array__", (PyCFunction)(void (*)(void))array_array, METH_VARARGS | METH_KEYWORDS,
+     "__array__(dtype=None, copy=None) -> numpy.ndarray\n\nA host copy, as numpy() (numpy.asarray(a))."},
     {"__enter__", array_enter, METH_NOARGS, NULL},
     {"__exit__", array_exit, METH_VARARGS, NULL},
     {"__reduce__", array_reduce, METH_NOARGS, NULL},

@@ -25,7 +25,7 @@ static void guard_free(guarded *gb) { munmap(gb->map, gb->maplen); }
 
 TEST(export_bad_args) {
   setenv("ASCEND_IPC_STRICT", "1", 1); /* so a stray pin would make aclrtFree fail below */
-  char key[KEYLEN + 8];
+  char key[KEYLEN + 8] = {0};
   void *p = dmalloc(16 * KiB);
   void *host = NULL;
   CHECK_OK(aclrtMallocHost(&host, 16 * KiB));
@@ -63,7 +63,7 @@ TEST(export_bad_args) {
 
 TEST(export_subrange_and_key_shape) {
   void *p = dmalloc(64 * KiB);
-  char keys[200][KEYLEN];
+  char keys[200][KEYLEN] = {0};
   for (int i = 0; i < 200; i++) {
     size_t off = (size_t)(i % 16) * PAGE;
     CHECK_OK(aclrtIpcMemGetExportKey((char *)p + off, 64 * KiB - off, keys[i], KEYLEN, (uint64_t)(i & 1)));
@@ -83,7 +83,7 @@ TEST(export_subrange_and_key_shape) {
 }
 
 TEST(export_len_larger_than_needed) {
-  char big[256];
+  char big[256] = {0};
   memset(big, 'Z', sizeof big);
   void *p = dmalloc(PAGE);
   CHECK_OK(aclrtIpcMemGetExportKey(p, PAGE, big, sizeof big, 0));
@@ -115,7 +115,7 @@ static void every_call_rejects(const char *key, int allow_ipc_error) {
 }
 
 TEST(garbage_and_truncated_keys) {
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);
   const char *garbage[] = {"", "x", "aipc1.", "aipc1", "AIPC1." "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
                            "hello world", "aipc2.AAAA", "\x01\x02\x03", "\xff\xfe\xfd\xfc"};
@@ -133,7 +133,7 @@ TEST(garbage_and_truncated_keys) {
   const char bad[] = {' ', '=', '+', '/', '.', '\x7f', '\x80', '\n', '~'};
   for (size_t i = 0; i < strlen(key); i++) {
     for (size_t j = 0; j < sizeof bad; j++) {
-      char b[KEYLEN];
+      char b[KEYLEN] = {0};
       strcpy(b, key);
       if (b[i] == bad[j]) continue;
       b[i] = bad[j];
@@ -141,7 +141,7 @@ TEST(garbage_and_truncated_keys) {
     }
   }
   /* the key with one character too many */
-  char longer[KEYLEN + 1];
+  char longer[KEYLEN + 1] = {0};
   snprintf(longer, sizeof longer, "%sA", key);
   every_call_rejects(longer, 0);
   /* 65 bytes with no NUL, right before an inaccessible page: no over-read */
@@ -151,7 +151,7 @@ TEST(garbage_and_truncated_keys) {
   every_call_rejects(b, 0);
   guard_free(&gb);
   /* non-canonical last character (its low bits must be zero) */
-  char nc[KEYLEN];
+  char nc[KEYLEN] = {0};
   strcpy(nc, key);
   nc[59] = nc[59] == 'B' ? 'C' : 'B';
   every_call_rejects(nc, 0);
@@ -197,7 +197,7 @@ TEST(random_well_formed_keys) {
     k.nonce |= 1;
     k.id |= 1;
     if (i % 3 == 0) k.pid = (uint32_t)getppid(); /* a live process that exports nothing */
-    char key[KEYLEN];
+    char key[KEYLEN] = {0};
     key_encode(&k, key);
     void *q = NULL;
     CHECK_MSG(aclrtIpcMemImportByKey(&q, key, 0), ACL_ERROR_RT_IPC_ERROR, "gone");
@@ -207,7 +207,7 @@ TEST(random_well_formed_keys) {
   CHECK(now_s() - t0 < 30);
   /* decoded field checks: pid 0, pid > INT32_MAX, nonce 0, export id 0 */
   key_rec z = {1, 0, 1, 1, {0}};
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   z.pid = 0;
   key_encode(&z, key);
   every_call_rejects(key, 0);
@@ -228,7 +228,7 @@ TEST(random_well_formed_keys) {
 /* ---- import / close arguments ------------------------------------------------ */
 
 TEST(import_and_close_bad_args) {
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);
   void *q = (void *)0x1;
   CHECK_MSG(aclrtIpcMemImportByKey(NULL, key, 0), ACL_ERROR_INVALID_PARAM, "devPtr is NULL");
@@ -249,7 +249,7 @@ TEST(import_and_close_bad_args) {
 
 TEST(import_own_key_counts_references) {
   setenv("ASCEND_IPC_STRICT", "1", 1);
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   void *p = export_new(8 * KiB, EXPORT_DEFAULT, key); /* own pid always allowed */
   void *a = NULL, *b = NULL;
   CHECK_OK(aclrtIpcMemImportByKey(&a, key, 0));
@@ -264,7 +264,7 @@ TEST(import_own_key_counts_references) {
 }
 
 TEST(own_key_forged_secret_or_id) {
-  char key[KEYLEN], key2[KEYLEN], forged[KEYLEN];
+  char key[KEYLEN] = {0}, key2[KEYLEN] = {0}, forged[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);
   void *p2 = export_new(PAGE, EXPORT_ANY, key2);
   key_rec k = key_decode(key);
@@ -292,7 +292,7 @@ TEST(own_key_forged_secret_or_id) {
 }
 
 TEST(import_of_freed_export_refused) {
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);
   CHECK_OK(aclrtFree(p)); /* default mode: deferred while exported */
   void *q = NULL;
@@ -304,7 +304,7 @@ TEST(import_of_freed_export_refused) {
 /* ---- whitelist calls ------------------------------------------------------------- */
 
 TEST(set_import_pid_bad_args) {
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_DEFAULT, key);
   int32_t pids[3] = {100, 200, 300};
   int32_t bad0[2] = {100, 0}, badneg[1] = {-5};
@@ -318,7 +318,7 @@ TEST(set_import_pid_bad_args) {
   CHECK_OK(aclrtIpcMemSetImportPid(key, pids, 3)); /* again: harmless */
   /* a key of another process: only its exporter may change the whitelist */
   key_rec k = key_decode(key);
-  char other[KEYLEN];
+  char other[KEYLEN] = {0};
   k.pid = (uint32_t)getppid();
   key_encode(&k, other);
   CHECK_MSG(aclrtIpcMemSetImportPid(other, pids, 1), ACL_ERROR_RT_NO_PERMISSION, "only the exporting process");
@@ -334,7 +334,7 @@ TEST(set_import_pid_bad_args) {
 }
 
 TEST(import_pid_inter_server_bad_args) {
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_DEFAULT, key);
   int32_t pids[2] = {100, 200}, bad[1] = {0};
   aclrtServerPid ok[2] = {{0, pids, 2}, {9, pids, 1}};
@@ -347,7 +347,7 @@ TEST(import_pid_inter_server_bad_args) {
   CHECK_MSG(aclrtIpcMemImportPidInterServer(key, badpid, 2), ACL_ERROR_INVALID_PARAM, "serverPids[1].pid[0]");
   CHECK_OK(aclrtIpcMemImportPidInterServer(key, ok, 2));
   key_rec k = key_decode(key);
-  char other[KEYLEN];
+  char other[KEYLEN] = {0};
   k.pid = (uint32_t)getppid();
   key_encode(&k, other);
   CHECK_MSG(aclrtIpcMemImportPidInterServer(other, ok, 1), ACL_ERROR_RT_NO_PERMISSION, "only the exporting");
@@ -360,7 +360,7 @@ TEST(import_pid_inter_server_bad_args) {
 /* ---- SetAttr ----------------------------------------------------------------------- */
 
 TEST(set_attr_rules) {
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);
   CHECK_MSG(aclrtIpcMemSetAttr(NULL, ACL_RT_IPC_MEM_ATTR_ACCESS_LINK, 0), ACL_ERROR_INVALID_PARAM, "key is NULL");
   CHECK_MSG(aclrtIpcMemSetAttr(key, (aclrtIpcMemAttrType)1, 0), ACL_ERROR_INVALID_PARAM, "attribute type");
@@ -375,7 +375,7 @@ TEST(set_attr_rules) {
   CHECK_MSG(aclrtIpcMemSetAttr(key, ACL_RT_IPC_MEM_ATTR_ACCESS_LINK, UINT64_MAX), ACL_ERROR_INVALID_PARAM,
             "access link");
   key_rec k = key_decode(key);
-  char other[KEYLEN];
+  char other[KEYLEN] = {0};
   k.pid = (uint32_t)getppid();
   key_encode(&k, other);
   CHECK_MSG(aclrtIpcMemSetAttr(other, ACL_RT_IPC_MEM_ATTR_ACCESS_LINK, 0), ACL_ERROR_RT_NO_PERMISSION,
@@ -396,7 +396,7 @@ TEST(set_attr_rules) {
 
 TEST(sdid_mismatch_checked_locally) {
   setenv("ASCEND_IPC_SDID", "3", 1);
-  char key[KEYLEN], other[KEYLEN];
+  char key[KEYLEN] = {0}, other[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);
   key_rec k = key_decode(key);
   CHECK_EQ(k.sdid, 3);
@@ -414,11 +414,11 @@ TEST(sdid_mismatch_checked_locally) {
 
 TEST(finalize_ends_exports_and_allows_reuse) {
   setenv("ASCEND_IPC_STRICT", "1", 1);
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   for (int round = 0; round < 3; round++) {
     void *p[50];
     (void)p;
-    char keys[50][KEYLEN];
+    char keys[50][KEYLEN] = {0};
     for (int i = 0; i < 50; i++) {
       p[i] = export_new(PAGE, EXPORT_ANY, keys[i]);
       void *q;

@@ -10,7 +10,7 @@
 
 static int import_and_wait(chan *c, void *arg) {
   int times = arg ? *(int *)arg : 1;
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   from_parent(c, key, KEYLEN);
   void *p = NULL;
   for (int i = 0; i < times; i++) CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
@@ -21,7 +21,7 @@ static int import_and_wait(chan *c, void *arg) {
 
 TEST(kill9_importer_releases_its_references) {
   setenv("ASCEND_IPC_STRICT", "1", 1);
-  char key[KEYLEN], key2[KEYLEN];
+  char key[KEYLEN] = {0}, key2[KEYLEN] = {0};
   void *p = export_new(64 * KiB, EXPORT_ANY, key);
   void *p2 = export_new(64 * KiB, EXPORT_ANY, key2);
   chan c, c2;
@@ -52,7 +52,7 @@ TEST(kill9_importer_releases_its_references) {
 }
 
 TEST(kill9_importer_default_mode_frees_closed_export) {
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   size_t fr0, fr1, tot;
   CHECK_OK(aclrtGetMemInfo(ACL_HBM_MEM, &fr0, &tot));
   void *p = export_new(1 * MiB, EXPORT_ANY, key);
@@ -81,7 +81,7 @@ TEST(kill9_importer_default_mode_frees_closed_export) {
 
 static int exporter_then_die(chan *c, void *arg) {
   (void)arg;
-  char key[KEYLEN], key2[KEYLEN];
+  char key[KEYLEN] = {0}, key2[KEYLEN] = {0};
   void *p = export_new(256 * KiB, EXPORT_ANY, key);
   export_new(PAGE, EXPORT_ANY, key2);
   fill_pattern(p, 256 * KiB, 1);
@@ -95,7 +95,7 @@ TEST(kill9_exporter_leaves_imports_valid) {
   chan c;
   chan_open(&c);
   int pid = chan_spawn(&c, exporter_then_die, NULL);
-  char key[KEYLEN], key2[KEYLEN];
+  char key[KEYLEN] = {0}, key2[KEYLEN] = {0};
   from_child(&c, key, KEYLEN);
   from_child(&c, key2, KEYLEN);
   void *p = NULL;
@@ -127,7 +127,7 @@ TEST(kill9_exporter_leaves_imports_valid) {
 
 static int exporter_then_finalize(chan *c, void *arg) {
   (void)arg;
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   void *p = export_new(64 * KiB, EXPORT_ANY, key);
   fill_pattern(p, 64 * KiB, 1);
   to_parent(c, key, KEYLEN);
@@ -142,7 +142,7 @@ TEST(exporter_finalize_while_imported) {
   chan c;
   chan_open(&c);
   int pid = chan_spawn(&c, exporter_then_finalize, NULL);
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   from_child(&c, key, KEYLEN);
   void *p = NULL;
   CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
@@ -163,7 +163,7 @@ TEST(exporter_finalize_while_imported) {
 static int strict_exporter(chan *c, void *arg) {
   (void)arg;
   setenv("ASCEND_IPC_STRICT", "1", 1);
-  char key[KEYLEN], key2[KEYLEN];
+  char key[KEYLEN] = {0}, key2[KEYLEN] = {0};
   void *p = export_new(64 * KiB, EXPORT_ANY, key);
   void *p2 = export_new(64 * KiB, EXPORT_ANY, key2);
   fill_pattern(p, 64 * KiB, 1);
@@ -180,13 +180,13 @@ static int strict_exporter(chan *c, void *arg) {
 
 TEST(stopped_exporter_times_out_then_recovers) {
   int timeout_ms = under_valgrind() ? 2000 : 300;
-  char t[16];
+  char t[16] = {0};
   snprintf(t, sizeof t, "%d", timeout_ms);
   setenv("ASCEND_IPC_TIMEOUT_MS", t, 1);
   chan c;
   chan_open(&c);
   int pid = chan_spawn(&c, strict_exporter, NULL);
-  char key[KEYLEN], key2[KEYLEN];
+  char key[KEYLEN] = {0}, key2[KEYLEN] = {0};
   from_child(&c, key, KEYLEN);
   from_child(&c, key2, KEYLEN);
   void *p = NULL;
@@ -279,7 +279,7 @@ static void good_import(const char *key) {
 
 static int hostile_child(chan *c, void *arg) {
   (void)arg;
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   from_parent(c, key, KEYLEN);
   key_rec k = key_decode(key);
   uint8_t b[8192];
@@ -445,7 +445,7 @@ static int hostile_child(chan *c, void *arg) {
 
 TEST(hostile_client_does_not_disturb_the_exporter) {
   setenv("ASCEND_IPC_STRICT", "1", 1);
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   void *p = export_new(64 * KiB, EXPORT_ANY, key);
   fill_pattern(p, 64 * KiB, 1);
   chan c;

@@ -45,7 +45,7 @@ static int spawn_exec_importer(const char *key, size_t size, int *go) {
     close(fds[1]);
     char b;
     if (read(fds[0], &b, 1) != 1) _exit(97);
-    char sz[32];
+    char sz[32] = {0};
     snprintf(sz, sizeof sz, "%zu", size);
     setenv("AIPC_TEST_ROLE", "import_fill", 1);
     setenv("AIPC_TEST_KEY", key, 1);
@@ -59,7 +59,7 @@ static int spawn_exec_importer(const char *key, size_t size, int *go) {
 }
 
 TEST(exec_importer_round_trip) {
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   size_t size = 1 * MiB;
   void *p = export_new(size, EXPORT_DEFAULT, key);
   fill_pattern(p, size, 1);
@@ -81,7 +81,7 @@ TEST(exec_importer_round_trip) {
 }
 
 TEST(exec_importer_any_pid) {
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   size_t size = 256 * KiB;
   void *p = export_new(size, EXPORT_ANY, key);
   fill_pattern(p, size, 1);
@@ -105,7 +105,7 @@ typedef struct rt_arg {
 
 static int rt_child(chan *c, void *arg) {
   rt_arg *a = arg;
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   from_parent(c, key, KEYLEN);
   void *p = NULL, *p2 = NULL;
   CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
@@ -118,7 +118,7 @@ static int rt_child(chan *c, void *arg) {
   CHECK_EQ(recv_int(c->down[0]), 2);
   CHECK(check_pattern(p, a->size, 3)); /* the exporter wrote again, no copy anywhere */
   /* imported memory is not this process's to export */
-  char k2[KEYLEN];
+  char k2[KEYLEN] = {0};
   CHECK_MSG(aclrtIpcMemGetExportKey(p, PAGE, k2, KEYLEN, 0), ACL_ERROR_INVALID_PARAM, "imported");
   CHECK_OK(aclrtIpcMemClose(key));
   CHECK(check_pattern(p, a->size, 3)); /* one reference left: still mapped */
@@ -131,7 +131,7 @@ static int rt_child(chan *c, void *arg) {
 TEST(round_trip_writes_seen_both_ways) {
   size_t sizes[] = {PAGE, 64 * KiB, 4 * MiB + PAGE};
   for (size_t i = 0; i < 3; i++) {
-    char key[KEYLEN];
+    char key[KEYLEN] = {0};
     rt_arg a = {sizes[i], 0};
     /* export a sub-range that starts one page into the block */
     char *blk = dmalloc(sizes[i] + PAGE);
@@ -159,7 +159,7 @@ TEST(round_trip_writes_seen_both_ways) {
 static int try_import_child(chan *c, void *arg) {
   (void)arg;
   for (;;) {
-    char key[KEYLEN];
+    char key[KEYLEN] = {0};
     from_parent(c, key, KEYLEN);
     if (key[0] == 0) break;
     void *p = NULL;
@@ -196,14 +196,14 @@ static void stop_child(chan *c, int pid) {
 }
 
 TEST(whitelist_allow_and_deny) {
-  char key[KEYLEN], msg[512];
+  char key[KEYLEN] = {0}, msg[512] = {0};
   char *p = export_new(PAGE, EXPORT_DEFAULT, key);
   chan c;
   chan_open(&c);
   int pid = chan_spawn(&c, try_import_child, NULL);
   /* not on the (empty) whitelist */
   CHECK_EQ(ask_import(&c, key, msg), ACL_ERROR_RT_NO_PERMISSION);
-  char pidtxt[32];
+  char pidtxt[32] = {0};
   snprintf(pidtxt, sizeof pidtxt, "process %d", pid);
   CHECK(strstr(msg, pidtxt) && strstr(msg, "whitelist"));
   /* someone else on it: still denied */
@@ -222,7 +222,7 @@ TEST(whitelist_allow_and_deny) {
 }
 
 TEST(disable_pid_validation_lets_any_process_in) {
-  char key[KEYLEN], msg[512];
+  char key[KEYLEN] = {0}, msg[512] = {0};
   char *p = export_new(PAGE, EXPORT_ANY, key);
   for (int i = 0; i < 3; i++) {
     chan c;
@@ -239,7 +239,7 @@ TEST(disable_pid_validation_lets_any_process_in) {
 
 static int other_user_child(chan *c, void *arg) {
   (void)arg;
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   from_parent(c, key, KEYLEN);
   CHECK(setgroups(0, NULL) == 0);
   CHECK(setgid(65534) == 0);
@@ -259,7 +259,7 @@ TEST(another_user_denied) {
     printf("  (skipped: needs root to run a child as nobody)\n");
     return;
   }
-  char key[KEYLEN], key2[KEYLEN];
+  char key[KEYLEN] = {0}, key2[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);       /* even with validation off */
   void *p2 = export_new(PAGE, EXPORT_DEFAULT, key2); /* even when whitelisted */
   chan c;
@@ -278,13 +278,13 @@ TEST(another_user_denied) {
 }
 
 TEST(forged_keys_denied) {
-  char key[KEYLEN], key2[KEYLEN], forged[KEYLEN], msg[512];
+  char key[KEYLEN] = {0}, key2[KEYLEN] = {0}, forged[KEYLEN] = {0}, msg[512] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);
   void *p2 = export_new(PAGE, EXPORT_ANY, key2);
   chan c;
   chan_open(&c);
   int pid = chan_spawn(&c, try_import_child, NULL);
-  char expect[128];
+  char expect[128] = {0};
   snprintf(expect, sizeof expect, "key not exported by process %d (closed, never issued, or forged)", (int)getpid());
   /* right exporter, wrong secret */
   key_rec k = key_decode(key);
@@ -322,7 +322,7 @@ TEST(forged_keys_denied) {
 
 static int set_pid_child(chan *c, void *arg) {
   (void)arg;
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   from_parent(c, key, KEYLEN);
   int32_t me = getpid();
   aclrtServerPid sp = {0, &me, 1};
@@ -338,7 +338,7 @@ static int set_pid_child(chan *c, void *arg) {
 }
 
 TEST(only_the_exporter_changes_a_key) {
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_DEFAULT, key);
   chan c;
   chan_open(&c);
@@ -355,7 +355,7 @@ TEST(only_the_exporter_changes_a_key) {
 
 static int hold_child(chan *c, void *arg) {
   (void)arg;
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   from_parent(c, key, KEYLEN);
   void *p = NULL;
   CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
@@ -375,7 +375,7 @@ static int hold_child(chan *c, void *arg) {
 
 TEST(strict_close_with_live_importer_fails) {
   setenv("ASCEND_IPC_STRICT", "1", 1);
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   void *p = export_new(64 * KiB, EXPORT_ANY, key);
   fill_pattern(p, 64 * KiB, 1);
   chan c;
@@ -383,7 +383,7 @@ TEST(strict_close_with_live_importer_fails) {
   int pid = chan_spawn(&c, hold_child, NULL);
   to_child(&c, key, KEYLEN);
   CHECK_EQ(recv_int(c.up[0]), 1);
-  char who[64];
+  char who[64] = {0};
   snprintf(who, sizeof who, "%d", pid);
   CHECK_MSG(aclrtIpcMemClose(key), ACL_ERROR_RT_INTERNAL_ERROR, who);
   CHECK_MSG(aclrtFree(p), ACL_ERROR_RT_INTERNAL_ERROR, ""); /* still exported: strict free refused */
@@ -404,7 +404,7 @@ TEST(strict_close_with_live_importer_fails) {
 }
 
 TEST(default_close_keeps_memory_for_importers) {
-  char key[KEYLEN], msg[512];
+  char key[KEYLEN] = {0}, msg[512] = {0};
   size_t total0 = 0, free0 = 0, free1 = 0;
   CHECK_OK(aclrtGetMemInfo(ACL_HBM_MEM, &free0, &total0));
   void *p = export_new(64 * KiB, EXPORT_ANY, key);
@@ -447,7 +447,7 @@ typedef struct xdev_arg {
 
 static int xdev_child(chan *c, void *arg) {
   xdev_arg *a = arg;
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   from_parent(c, key, KEYLEN);
   CHECK_OK(aclrtSetDevice(a->device));
   void *imp = NULL;
@@ -491,7 +491,7 @@ static int xdev_child(chan *c, void *arg) {
 
 TEST(cross_device_memcpy_rules) {
   for (int dev = 0; dev < 2; dev++) {
-    char key[KEYLEN];
+    char key[KEYLEN] = {0};
     void *p = export_new(64 * KiB, EXPORT_ANY, key); /* device 0 */
     fill_pattern(p, 64 * KiB, 1);
     xdev_arg a = {dev == 0 ? 0 : 3};
@@ -511,7 +511,7 @@ TEST(cross_device_memcpy_rules) {
 /* ---- attributes after import; super-node ids ------------------------------------------- */
 
 TEST(set_attr_frozen_by_a_remote_import) {
-  char key[KEYLEN], msg[512];
+  char key[KEYLEN] = {0}, msg[512] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);
   CHECK_OK(aclrtIpcMemSetAttr(key, ACL_RT_IPC_MEM_ATTR_ACCESS_LINK, ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS));
   chan c;
@@ -529,7 +529,7 @@ static int sdid_child(chan *c, void *arg) {
   const char *sdid = arg;
   setenv("ASCEND_IPC_SDID", sdid, 1); /* before this process's first runtime call */
   send_int(c->up[1], getpid());
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   from_parent(c, key, KEYLEN);
   void *p = NULL;
   aclError r = aclrtIpcMemImportByKey(&p, key, 0);
@@ -556,7 +556,7 @@ TEST(import_pid_inter_server_and_sdid) {
   CHECK_EQ(recv_int(cb.up[0]), b);
   CHECK_EQ(recv_int(cc.up[0]), x);
   setenv("ASCEND_IPC_SDID", "5", 1);
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   char *p = export_new(PAGE, EXPORT_DEFAULT, key);
   int32_t here[1] = {a}, there[2] = {b, 12345};
   aclrtServerPid sp[2] = {{5, here, 1}, {7, there, 2}};
@@ -585,7 +585,7 @@ typedef struct slice_arg {
 
 static int slice_child(chan *c, void *arg) {
   slice_arg *a = arg;
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   from_parent(c, key, KEYLEN); /* all children get it at about the same time */
   void *p = NULL;
   CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
@@ -600,7 +600,7 @@ static int slice_child(chan *c, void *arg) {
 
 static void many_importers(int n, size_t size) {
   setenv("ASCEND_IPC_STRICT", "1", 1);
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   char *p = export_new(size, EXPORT_DEFAULT, key);
   memset(p, 0, size);
   chan *cs = calloc((size_t)n, sizeof *cs);
@@ -615,7 +615,7 @@ static void many_importers(int n, size_t size) {
   for (int i = 0; i < n; i++) to_child(&cs[i], key, KEYLEN);
   for (int i = 0; i < n; i++) CHECK_EQ(recv_int(cs[i].up[0]), 1);
   /* all n hold it now */
-  char who[32];
+  char who[32] = {0};
   snprintf(who, sizeof who, "%d", pids[0]);
   CHECK_MSG(aclrtIpcMemClose(key), ACL_ERROR_RT_INTERNAL_ERROR, "still imported");
   size_t slice = size / (size_t)n;
@@ -652,7 +652,7 @@ static int fork_child_body(chan *c, void *arg) {
   ((volatile char *)p)[5] = 55;
   CHECK_OK(aclrtIpcMemClose(key));
   /* and exports under its own name */
-  char k2[KEYLEN];
+  char k2[KEYLEN] = {0};
   void *q = export_new(PAGE, EXPORT_ANY, k2);
   key_rec r = key_decode(k2), pr = key_decode(key);
   CHECK_EQ(r.pid, getpid());
@@ -665,7 +665,7 @@ static int fork_child_body(chan *c, void *arg) {
 }
 
 TEST(fork_child_does_not_inherit_exports) {
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   char *p = export_new(PAGE, EXPORT_ANY, key);
   chan c;
   chan_open(&c);
@@ -691,7 +691,7 @@ static int grandchild_sleep(void *arg) {
 
 static int exporter_with_child(chan *c, void *arg) {
   (void)arg;
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   export_new(PAGE, EXPORT_ANY, key);
   int gc = th_spawn(grandchild_sleep, NULL); /* inherits the parent's fds, minus what atfork closed */
   send_int(c->up[1], gc);
@@ -705,7 +705,7 @@ TEST(dead_exporter_not_kept_reachable_by_its_fork_child) {
   chan_open(&c);
   int pid = chan_spawn(&c, exporter_with_child, NULL);
   int gc = recv_int(c.up[0]);
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   from_child(&c, key, KEYLEN);
   kill(pid, SIGKILL);
   CHECK_EQ(th_wait(pid), 128 + SIGKILL);

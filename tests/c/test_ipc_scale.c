@@ -18,7 +18,7 @@ static int iters(int n) { return under_valgrind() ? n / 10 : n; }
 static void *own_worker(void *arg) {
   (void)arg;
   for (int i = 0; i < iters(2000); i++) {
-    char key[KEYLEN];
+    char key[KEYLEN] = {0};
     void *p = export_new(PAGE, i & 1 ? EXPORT_ANY : EXPORT_DEFAULT, key);
     ((volatile char *)p)[0] = (char)i;
     void *q = NULL;
@@ -115,7 +115,7 @@ TEST(threads_importing_one_key_share_one_mapping) {
   chan c;
   chan_open(&c);
   int pid = chan_spawn(&c, remote_exporter, &n);
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   th_read(c.up[0], key, KEYLEN);
   for (int round = 0; round < iters(50); round++) {
     pthread_t t[8];
@@ -212,7 +212,7 @@ TEST(ten_thousand_live_exports_and_imports) {
 static int small_exporter(chan *c, void *arg) {
   int dev = *(int *)arg;
   CHECK_OK(aclrtSetDevice(dev));
-  char key[KEYLEN], key2[KEYLEN];
+  char key[KEYLEN] = {0}, key2[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);
   void *p2 = export_new(PAGE, EXPORT_ANY, key2);
   ((uint32_t *)p)[0] = (uint32_t)getpid();

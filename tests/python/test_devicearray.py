@@ -267,6 +267,22 @@ def test_memory_comes_back():
     assert aipc.mem_info()[0] == free0
 
 
+def test_numpy_conversion_protocol():
+    a = aipc.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3))
+    x = np.asarray(a)
+    assert x.dtype == np.int32 and x.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert np.asarray(a, dtype=np.float64).dtype == np.float64
+    assert np.array(a[:, 1]).tolist() == [1, 4]
+    x[0, 0] = 99  # a copy
+    assert a.numpy()[0, 0] == 0
+    with pytest.raises(ValueError, match="from_dlpack"):
+        np.array(a, copy=False)
+    np.testing.assert_array_equal(a, [[0, 1, 2], [3, 4, 5]])
+    a.close()
+    with pytest.raises(ValueError, match="closed"):
+        np.asarray(a)
+
+
 def test_not_picklable():
     a = aipc.empty(3)
     with pytest.raises(TypeError, match="export"):

@@ -172,3 +172,13 @@ def test_module_state_survives_reimport():
     a.close()
     del mod, a, h, b
     gc.collect()
+
+
+@pytest.mark.skipif(os.environ.get("ASCEND_IPC_EXPECT_SANITIZED") != "1",
+                    reason="set ASCEND_IPC_EXPECT_SANITIZED=1 when testing an ASCEND_IPC_SANITIZE=1 build")
+def test_extension_is_the_sanitized_build():
+    # Guards the sanitizer CI run against testing a plain build by mistake.
+    import subprocess
+
+    out = subprocess.run(["ldd", _C.__file__], capture_output=True, text=True, check=True).stdout
+    assert "libasan" in out and "libubsan" in out, out

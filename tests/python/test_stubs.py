@@ -46,7 +46,7 @@ def test_stub_members_match_classes(cls):
         assert stub_members == {"code", "name", "message", "call"}
         return
     runtime = {n for n, _ in inspect.getmembers(runtime_type) if not n.startswith("__")}
-    runtime |= {n for n in ("__enter__", "__exit__", "__getitem__", "__len__", "__dlpack__", "__dlpack_device__",
+    runtime |= {n for n in ("__array__", "__enter__", "__exit__", "__getitem__", "__len__", "__dlpack__", "__dlpack_device__",
                             "__reduce__", "__eq__", "__hash__", "__new__") if n in vars(runtime_type)}
     if cls == "IpcHandle":
         runtime.add("__new__")
