@@ -39,7 +39,7 @@ EXAMPLES = $(patsubst examples/c/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
 RPATH = -Wl,-rpath,'$$ORIGIN/..'
 
-.PHONY: all lib test test-c test-py test-py-asan demo demo-c bench-c valgrind clean venv
+.PHONY: all lib test test-c test-py test-py-asan demo demo-c bench bench-c valgrind clean venv
 
 all: lib
 
@@ -112,6 +112,10 @@ test-py-asan: $(ASAN_VENV)/.installed
 	  ../$(ASAN_VENV)/bin/python -m pytest -q -p no:cacheprovider python
 
 test: test-c test-py
+
+# Figures against the alternatives; writes docs/benchmarks.md and docs/img/.
+bench: $(VENV)/.installed bench-c
+	$(VPY) benchmarks/bench_share.py
 
 demo: $(VENV)/.installed
 	$(VPY) -m ascend_ipc.demo

@@ -23,11 +23,3 @@ def add_one(handle: Any, amount: float = 1) -> None:
         view += amount
         del view
 
-
-def fill_slice(handle: Any, start: int, stop: int, value: float) -> None:
-    """Open ``handle`` as a torch tensor and set elements ``[start, stop)`` of it to ``value``."""
-    import ascend_ipc.torch  # noqa: F401  (provides IpcHandle.open_torch)
-
-    tensor = handle.open_torch()
-    tensor.view(-1)[start:stop].fill_(value)
-    del tensor

@@ -130,12 +130,6 @@ def _get_job(jobs: Any, timeout: float) -> Any:
                 raise TimeoutError(f"no job from the producer within {timeout:.0f} s") from None
 
 
-def _close_import(obj: Any) -> None:
-    close = getattr(obj, "close", None)
-    if callable(close):
-        close()
-
-
 def _worker(index: int, jobs: Any, results: Any, timeout: float) -> None:
     """A worker process: get ready, receive a handle, write our slice in place, report."""
     try:
@@ -162,7 +156,6 @@ def _worker(index: int, jobs: Any, results: Any, timeout: float) -> None:
         written = part.numel() * part.element_size()
         work_time = time.perf_counter() - t1
         del part
-        _close_import(tensor)
         del tensor  # the last reference: this closes the import (before the exporter closes)
         results.put(("done", index, import_time, written, saw_pattern, work_time))
     except BaseException:
