@@ -1,9 +1,10 @@
 """Build of the ascend_ipc extension (ascend_ipc._C).
 
-The extension compiles the C core (csrc/core, csrc/emu) in, with hidden
-visibility, next to its own sources (csrc/python); it does not build or load
-libascendcl_emu.so and exports no acl* names, so it can sit beside a real
-libascendcl in one process.
+The extension compiles the C core (csrc/core, csrc/emu) and the cann provider
+(csrc/cann: libascendcl.so opened with dlopen at run time, never linked) in,
+with hidden visibility, next to its own sources (csrc/python); it does not
+build or link libascendcl_emu.so and exports no acl* names, so it can sit
+beside a real libascendcl in one process.
 
 Build switches (environment variables):
   ASCEND_IPC_SANITIZE=1   build extension and C core with -fsanitize=address,undefined
@@ -28,7 +29,7 @@ def _env_on(name):
 def _sources():
     os.chdir(HERE)  # setuptools wants paths relative to setup.py
     srcs = []
-    for pattern in ("csrc/python/*.c", "csrc/core/*.c", "csrc/emu/*.c"):
+    for pattern in ("csrc/python/*.c", "csrc/core/*.c", "csrc/emu/*.c", "csrc/cann/*.c"):
         srcs.extend(sorted(glob.glob(pattern)))
     return srcs
 
@@ -69,6 +70,7 @@ extension = Extension(
     include_dirs=["csrc/include", "csrc", "csrc/python", numpy.get_include()],
     extra_compile_args=_compile_args,
     extra_link_args=_link_args,
+    libraries=["dl"],  # dlopen of libascendcl.so (part of libc from glibc 2.34 on)
     language="c",
 )
 

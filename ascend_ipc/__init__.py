@@ -13,6 +13,11 @@ torch.multiprocessing integration (``ascend_ipc.torch``).
         np.from_dlpack(b)[:] += 1      # the exporter sees the change
 
 ``import ascend_ipc`` does not import torch; ``ascend_ipc.torch`` does.
+
+The runtime behind it is chosen at import by ASCEND_IPC_PROVIDER: ``emulated``
+(an emulated NPU in host memory), ``cann`` (the CANN toolkit's libascendcl.so,
+loaded at run time) or ``auto`` (cann when it loads and has a device, else
+emulated); ``provider_info()`` says which, from where and why.
 """
 
 from ._version import __version__
@@ -28,7 +33,9 @@ from ._C import (
     from_numpy,
     mem_info,
     provider,
+    provider_info,
     set_device,
+    wrap,
     zeros,
 )
 
@@ -45,7 +52,9 @@ __all__ = [
     "from_numpy",
     "mem_info",
     "provider",
+    "provider_info",
     "set_device",
+    "wrap",
     "zeros",
 ]
 

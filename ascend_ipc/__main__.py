@@ -1,7 +1,8 @@
 """Command line entry point: ``python -m ascend_ipc <command>``.
 
 Commands:
-  info   the package version, the provider, and each device with its memory
+  info   the package version, the provider (its library, version and why it was
+         chosen), and each device with its memory
   demo   the producer/four-workers demo (same as ``python -m ascend_ipc.demo``)
 """
 
@@ -17,6 +18,8 @@ PROG = "python -m ascend_ipc"
 
 _ENV_VARS = (
     "ASCEND_IPC_PROVIDER",
+    "ASCEND_IPC_CANN_LIB",
+    "ASCEND_IPC_CANN_DLPACK",
     "ASCEND_IPC_EMU_DEVICES",
     "ASCEND_IPC_EMU_MEMORY",
     "ASCEND_IPC_STRICT",
@@ -95,10 +98,12 @@ def collect_info() -> Dict[str, Any]:
     """Everything ``info`` prints, as a dictionary (also used by ``info --json``)."""
     import ascend_ipc as aipc
 
+    provider_info = getattr(aipc, "provider_info", None)
     info: Dict[str, Any] = {
         "version": _version(aipc),
         "python": sys.version.split()[0],
         "provider": aipc.provider(),
+        "provider_info": dict(provider_info()) if callable(provider_info) else None,
         "device_count": int(aipc.device_count()),
         "environment": {k: os.environ[k] for k in _ENV_VARS if k in os.environ},
         "devices": [],
@@ -116,9 +121,39 @@ def collect_info() -> Dict[str, Any]:
     return info
 
 
+_DLPACK_NAMES = {1: "kDLCPU", 12: "kDLExtDev"}
+
+
+def _print_provider(details: Optional[Dict[str, Any]]) -> None:
+    if not details:
+        return
+    if details.get("library"):
+        print(f"  library: {details['library']}")
+    else:
+        print("  library: none (the emulator is built into ascend_ipc._C)")
+    if details.get("version") is not None:
+        source = details.get("version_source")
+        print(f"  version: {details['version']}" + (f" (from {source})" if source else ""))
+    dl = details.get("dlpack_device_type")
+    if dl is not None:
+        where = "host memory" if details.get("host_visible") else "NPU memory, reached by the CPU only through copies"
+        print(f"  dlpack: {_DLPACK_NAMES.get(dl, dl)} ({dl}), {where}")
+    unsupported = details.get("unsupported") or {}
+    if unsupported:
+        calls = ", ".join(f"{name} (in {since})" for name, since in sorted(unsupported.items()))
+        print(f"  unsupported: {calls}")
+    selection = details.get("selection")
+    if selection:
+        first, _, rest = selection.partition("\n")
+        print(f"  selection: {first}")
+        for line in rest.splitlines():
+            print(f"    {line.strip()}")
+
+
 def _print_info(info: Dict[str, Any]) -> None:
     print(f"ascend_ipc {info['version']} (Python {info['python']})")
     print(f"provider: {info['provider']}")
+    _print_provider(info.get("provider_info"))
     print(f"devices: {info['device_count']}")
     for dev in info["devices"]:
         total, free = dev.get("total"), dev.get("free")

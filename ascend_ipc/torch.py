@@ -12,10 +12,17 @@
 
 Tensors live in device memory of the current provider. On the emulated
 provider that memory is host memory, so the tensors are CPU tensors to torch.
+On the cann provider it is NPU memory (DLPack kDLExtDev), so the tensors are
+torch_npu "npu" tensors, and torch_npu must be installed; share() then also
+takes npu tensors from torch_npu's own allocator (it exports the segment the
+tensor's storage lies in and carries the offset).
 
 Lifetimes: a tensor made here (or opened here) keeps its memory alive as long
 as it lives; the sender of a tensor or handle must keep it alive until the
-receivers have opened it (as with CUDA tensors in torch.multiprocessing).
+receivers have opened it (as with CUDA tensors in torch.multiprocessing). For
+an npu tensor from torch_npu's allocator, the handle share() returns keeps the
+tensor's storage alive: keep the handle until the receivers have closed their
+tensors (CANN wants importers to close before the exporter does).
 """
 
 from __future__ import annotations
@@ -69,9 +76,125 @@ def _storage_dtype(dtype: Any) -> str:
         raise TypeError(f"dtype {dtype} is not supported in device memory (supported: {supported})") from None
 
 
+# --------------------------------------------------------------------------- NPU memory (cann provider)
+
+_DL_EXT_DEV = 12  # DLPack kDLExtDev: the device type of NPU memory, as torch_npu uses it
+_PAGE = _C.PAGE_SIZE
+
+
+@functools.lru_cache(maxsize=None)
+def _npu_memory() -> bool:
+    """True when the provider's device memory is NPU memory (the cann provider)."""
+    return _C.provider_info()["dlpack_device_type"] == _DL_EXT_DEV
+
+
+def _torch_npu() -> Any:
+    """torch_npu, imported; a RuntimeError that says why it is needed if it is missing."""
+    try:
+        import torch_npu  # noqa: F401  (registers the "npu" device with torch)
+    except ImportError as exc:
+        raise RuntimeError(
+            "ascend_ipc.torch: device memory of this provider is NPU memory (DLPack kDLExtDev), so its "
+            "tensors are 'npu' tensors, which need torch_npu (install the torch-npu release that matches "
+            "your torch and CANN). Without torch_npu, use DeviceArray.numpy() and copy_from() for host "
+            "copies, or ASCEND_IPC_PROVIDER=emulated"
+        ) from exc
+    return torch_npu
+
+
+def _npu_tensor(array: DeviceArray) -> torch.Tensor:
+    """An npu tensor over the NPU memory of array (zero-copy, via DLPack kDLExtDev)."""
+    torch_npu = _torch_npu()
+    convert = getattr(getattr(torch_npu, "_C", None), "_npu_from_dlpack", None)
+    if convert is not None:
+        # torch_npu's own converter builds an NPU storage for the capsule.
+        t = convert(array.__dlpack__())
+    else:
+        # torch maps kDLExtDev to its PrivateUse1 device, which torch_npu registers as "npu".
+        t = torch.from_dlpack(array)
+    if t.device.type != "npu":
+        raise RuntimeError(f"ascend_ipc.torch: expected an npu tensor from DLPack kDLExtDev memory, got {t.device}")
+    return t
+
+
+def _npu_segment(device: int, ptr: int, nbytes: int) -> Optional[tuple]:
+    """(address, size) of torch_npu's allocator segment holding [ptr, ptr + nbytes), or None.
+
+    A segment is one aclrtMalloc of torch_npu's caching allocator, carved into
+    the blocks that back storages; torch_npu exports whole segments for its own
+    IPC, so that is what is exported here too.
+    """
+    try:
+        segments = torch.npu.memory_snapshot()
+    except Exception:  # older torch_npu, or no snapshot support
+        return None
+    if isinstance(segments, dict):
+        segments = segments.get("segments", [])
+    for seg in segments:
+        address, size = seg.get("address"), seg.get("total_size")
+        if seg.get("device") != device or address is None or size is None:
+            continue
+        if address <= ptr and ptr + nbytes <= address + size:
+            if seg.get("is_expandable"):
+                raise ValueError(
+                    "ascend_ipc.torch.share(): this npu tensor lives in an expandable segment of torch_npu's "
+                    "allocator (virtual memory mapped piecewise), which aclrtIpcMem* cannot export; set "
+                    "PYTORCH_NPU_ALLOC_CONF=expandable_segments:False for tensors you share, or create them "
+                    "with ascend_ipc.torch.empty()"
+                )
+            if address % _PAGE or size % _PAGE:
+                return None
+            return int(address), int(size)
+    return None
+
+
+def _npu_export_range(device: int, ptr: int, nbytes: int) -> tuple:
+    """The page-aligned (address, size) to export for a storage at ptr of nbytes bytes."""
+    segment = _npu_segment(device, ptr, nbytes)
+    if segment is not None:
+        return segment
+    # No segment information: the pages the storage covers (CANN exports page-aligned ranges).
+    start = ptr - ptr % _PAGE
+    end = ptr + max(nbytes, 1)
+    end += (-end) % _PAGE
+    return start, end - start
+
+
+def _share_npu(tensor: torch.Tensor, pids: Optional[Iterable[int]], link: Optional[str]) -> IpcHandle:
+    """share() of an npu tensor from torch_npu's allocator: export its segment, carry the offset."""
+    _torch_npu()
+    if not _npu_memory():
+        raise ValueError(
+            f"ascend_ipc.torch.share(): an npu tensor can be shared only on the cann provider (this process "
+            f"uses the {_C.provider()} provider; set ASCEND_IPC_PROVIDER=cann)"
+        )
+    storage = tensor.untyped_storage()
+    device = tensor.device.index if tensor.device.index is not None else torch.npu.current_device()
+    start, size = _npu_export_range(device, storage.data_ptr(), storage.nbytes())
+    region = _C.wrap(start, size, device)
+    try:
+        esize = tensor.element_size()
+        view = _C._subview(region, tensor.data_ptr() - start, tuple(tensor.shape),
+                           [s * esize for s in tensor.stride()], _STORAGE[tensor.dtype])
+    finally:
+        region.close()
+    try:
+        # The handle keeps the storage (and so its segment) alive until it is closed.
+        return _C.export(view, None if pids is None else list(pids), link, torch_dtype=_dtype_name(tensor.dtype),
+                         keepalive=storage)
+    finally:
+        view.close()
+
+
+# --------------------------------------------------------------------------- tensors over DeviceArrays
+
+
 def _wrap(array: DeviceArray, dtype: torch.dtype) -> torch.Tensor:
     try:
-        t = torch.from_dlpack(array)
+        if array.__dlpack_device__()[0] == _DL_EXT_DEV:
+            t = _npu_tensor(array)
+        else:
+            t = torch.from_dlpack(array)
     except BaseException:
         array.close()
         raise
@@ -132,7 +255,10 @@ def share(tensor: torch.Tensor, pids: Optional[Iterable[int]] = None, link: Opti
 
     pids and link as in ascend_ipc.export(). The tensor must live in ascend_ipc
     memory (empty(), zeros(), from_tensor(), open_torch(), or torch.from_dlpack
-    of a DeviceArray), else ValueError.
+    of a DeviceArray), else ValueError -- except, on the cann provider with
+    torch_npu, an npu tensor from torch_npu's allocator: then the segment that
+    holds its storage is exported (page-aligned, the offset carried in the
+    handle) and the handle keeps the storage alive until it is closed.
     """
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"share() needs a torch.Tensor, not {type(tensor).__name__}")
@@ -144,6 +270,8 @@ def share(tensor: torch.Tensor, pids: Optional[Iterable[int]] = None, link: Opti
         view = _C.empty(tuple(tensor.shape), _STORAGE[tensor.dtype])
     else:
         view = _view_of(tensor)
+        if view is None and tensor.device.type == "npu":
+            return _share_npu(tensor, pids, link)
     if view is None:
         raise ValueError(
             "tensor is not backed by ascend_ipc device memory; create it with ascend_ipc.torch.empty(), "
@@ -156,9 +284,16 @@ def share(tensor: torch.Tensor, pids: Optional[Iterable[int]] = None, link: Opti
 
 
 def open_torch(handle: IpcHandle, device: Optional[int] = None) -> torch.Tensor:
-    """Opens handle as a zero-copy tensor; same as handle.open_torch(device)."""
+    """Opens handle as a zero-copy tensor; same as handle.open_torch(device).
+
+    On the cann provider the tensor is an npu tensor (needs torch_npu), mapped
+    on the exporter's device id unless device says otherwise.
+    """
     if not isinstance(handle, IpcHandle):
         raise TypeError(f"open_torch() needs an IpcHandle, not {type(handle).__name__}")
+    if device is None and _npu_memory():
+        # As torch_npu does: map NPU memory on the exporter's device id.
+        device = handle.device
     array = handle.open(device)
     name = handle.torch_dtype
     if name is None:

@@ -353,6 +353,7 @@ aclError aipc__emu_ipc_close(const char *key) {
                       who, n);
   }
   e->closed = true;
+  aipc__export_closing(e);
   aipc__export_maybe_finish(e);
   pthread_mutex_unlock(&g.lock);
   return ACL_SUCCESS;

@@ -44,6 +44,8 @@ aipc__import *aipc__import_lookup(const aipc__key *k) {
 static void conn_drop(aipc__cconn *c) {
   if (c->fd >= 0) close(c->fd);
   c->fd = -1;
+  if (c->ledger) munmap(c->ledger, AIPC_LEDGER_BYTES);
+  c->ledger = NULL;
   for (size_t i = 0; i < c->n_arena; i++)
     if (c->arena_fds[i] >= 0) close(c->arena_fds[i]);
   free(c->arena_fds);
@@ -57,8 +59,49 @@ static void conn_drop(aipc__cconn *c) {
   c->gen++;
 }
 
+/* ---- windows (g.lock held) --------------------------------------------------- */
+
+static aipc__hkey wkey(int32_t device, uint64_t index) { return (aipc__hkey){(uint64_t)(uint32_t)device, index}; }
+
+static void idle_unlink(aipc__win *w) {
+  if (w->lprev) w->lprev->lnext = w->lnext; else g.idle_head = w->lnext;
+  if (w->lnext) w->lnext->lprev = w->lprev; else g.idle_tail = w->lprev;
+  w->lprev = w->lnext = NULL;
+  g.idle_wins--;
+}
+
+static void win_destroy(aipc__win *w, bool unmap) {
+  if (w->refs == 0) idle_unlink(w);
+  aipc__hmap_remove(&w->conn->wins, wkey(w->device, w->index));
+  if (unmap) munmap(w->base, w->len);
+  free(w);
+}
+
+/* One import fewer in w: an idle window joins the LRU; the oldest beyond the cap go. */
+static void win_put(aipc__win *w) {
+  if (--w->refs > 0) return;
+  w->lprev = g.idle_tail;
+  w->lnext = NULL;
+  if (g.idle_tail) g.idle_tail->lnext = w; else g.idle_head = w;
+  g.idle_tail = w;
+  g.idle_wins++;
+  while (g.idle_wins > AIPC_IDLE_WINDOWS_MAX) win_destroy(g.idle_head, true);
+}
+
+/* Unmaps c's windows that no import uses (all of them when c has no imports). */
+static void conn_drop_idle_windows(aipc__cconn *c) {
+  aipc__hkey k;
+  void *v;
+  for (size_t i = 0; aipc__hmap_next(&c->wins, &i, &k, &v);) {
+    aipc__win *w = v;
+    if (w->refs == 0) win_destroy(w, true);
+  }
+}
+
 static void conn_free(aipc__cconn *c) {
   conn_drop(c);
+  conn_drop_idle_windows(c);
+  aipc__hmap_clear(&c->wins);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
@@ -221,6 +264,28 @@ static int cache_arena_fd(aipc__cconn *c, int32_t device, int fd) {
   return 0;
 }
 
+/* Maps the exporter's release ledger for this connection (and closes fd).
+ * Without it (mmap failed), releases go as RELEASE messages. */
+static void install_ledger(aipc__cconn *c, int fd) {
+  if (c->ledger) munmap(c->ledger, AIPC_LEDGER_BYTES);
+  c->ledger = NULL;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == AIPC_LEDGER_BYTES) {
+    void *p = mmap(NULL, AIPC_LEDGER_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) c->ledger = p;
+  }
+  close(fd);
+}
+
+/* Gives back n references of export id held on the current connection:
+ * through the ledger slot (no syscall) or a RELEASE message. conn->mu held. */
+static void release_refs(aipc__cconn *c, uint64_t id, uint32_t slot, uint32_t n) {
+  if (c->ledger && slot != AIPC_NO_SLOT)
+    __atomic_add_fetch(&c->ledger[slot], n, __ATOMIC_RELEASE);
+  else
+    send_release(c, id, n);
+}
+
 static int abandoned_take(aipc__cconn *c, uint64_t req, uint64_t *export_id) {
   for (size_t i = 0; i < c->n_abandoned; i += 2) {
     if (c->abandoned[i] == req) {
@@ -258,8 +323,9 @@ static uint64_t now_ms(void) {
  * Sends q and waits for its reply into a (with *fd: the attached
  * descriptor, or -1). conn->mu held. Stale replies met on the way are undone.
  */
-static rt_result roundtrip(aipc__cconn *c, aipc__msg *q, aipc__msg *a, int *fd, const char **why) {
+static rt_result roundtrip(aipc__cconn *c, aipc__msg *q, aipc__msg *a, int *fd, int *ledger_fd, const char **why) {
   *fd = -1;
+  *ledger_fd = -1;
   *why = NULL;
   q->req = ++c->next_req;
   rt_result sr = send_msg(c, q);
@@ -309,15 +375,21 @@ static rt_result roundtrip(aipc__cconn *c, aipc__msg *q, aipc__msg *a, int *fd, 
       return RT_DEAD;
     }
     aipc__decode_result d = aipc__proto_decode(buf, (size_t)r, a, why);
-    int want = d == AIPC_DECODE_OK && a->type == AIPC_MSG_IMPORT_REPLY && (a->flags & AIPC_REPLY_FD) ? 1 : 0;
+    int want = 0;
+    if (d == AIPC_DECODE_OK && a->type == AIPC_MSG_IMPORT_REPLY)
+      want = !!(a->flags & AIPC_REPLY_FD) + !!(a->flags & AIPC_REPLY_LEDGER);
     if (d != AIPC_DECODE_OK || bad_control || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfd != want ||
         (a->type != AIPC_MSG_IMPORT_REPLY && a->type != AIPC_MSG_ERROR)) {
       for (int i = 0; i < nfd; i++) close(fds[i]);
       if (!*why) *why = "unexpected message or descriptors";
       return RT_PROTO;
     }
+    int arena_fd = -1, lfd = -1, next = 0;
+    if (a->type == AIPC_MSG_IMPORT_REPLY && (a->flags & AIPC_REPLY_FD)) arena_fd = fds[next++];
+    if (a->type == AIPC_MSG_IMPORT_REPLY && (a->flags & AIPC_REPLY_LEDGER)) lfd = fds[next++];
     if (a->req == q->req) {
-      if (nfd) *fd = fds[0];
+      *fd = arena_fd;
+      *ledger_fd = lfd;
       return RT_OK;
     }
     uint64_t stale_id;
@@ -326,14 +398,15 @@ static rt_result roundtrip(aipc__cconn *c, aipc__msg *q, aipc__msg *a, int *fd, 
       *why = "reply to a request never sent";
       return RT_PROTO;
     }
-    /* The reply to a request whose caller gave up: keep the arena fd (the
-     * exporter now counts it as sent), give back the reference. */
+    /* The reply to a request whose caller gave up: keep the descriptors (the
+     * exporter now counts them as sent), give back the reference. */
     if (a->type == AIPC_MSG_IMPORT_REPLY && a->status == ACL_SUCCESS) {
-      if (nfd && cache_arena_fd(c, a->device, fds[0]) != 0) {
-        close(fds[0]);
+      if (lfd >= 0) install_ledger(c, lfd);
+      if (arena_fd >= 0 && cache_arena_fd(c, a->device, arena_fd) != 0) {
+        close(arena_fd);
         return RT_PROTO;
       }
-      send_release(c, stale_id, 1);
+      release_refs(c, stale_id, a->slot, 1);
       if (c->fd < 0) return RT_DEAD;
     }
     if (!deadline) deadline = now_ms() + (uint64_t)aipc__config_get()->timeout_ms;
@@ -346,16 +419,17 @@ static rt_result roundtrip(aipc__cconn *c, aipc__msg *q, aipc__msg *a, int *fd, 
 
 /* ---- import / close ------------------------------------------------------------ */
 
-typedef struct mapped {
-  void *ptr;
-  size_t size;
+typedef struct granted {
   int32_t device;
   uint32_t attr;
+  uint32_t slot;
+  uint64_t offset, size;
   uint64_t gen;
-} mapped;
+} granted;
 
-/* The wire part of an import: conn->mu held. */
-static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags, mapped *out) {
+/* The wire part of an import: conn->mu held. On success the exporter counts
+ * one more reference of this process and the arena fd is in the cache. */
+static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags, granted *out) {
   int timeout_ms = aipc__config_get()->timeout_ms;
   aipc__msg q, a;
   memset(&q, 0, offsetof(aipc__msg, text) + 1);
@@ -364,7 +438,7 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
   memcpy(q.secret, k->secret, AIPC_SECRET_LEN);
   q.flags = (uint32_t)flags;
   q.sdid = aipc__config_get()->sdid;
-  int fd = -1;
+  int fd = -1, lfd = -1;
   const char *why = NULL;
   rt_result rr = RT_DEAD;
   for (int attempt = 0; attempt < 2; attempt++) {
@@ -374,7 +448,7 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
       if (rc != ACL_SUCCESS) return rc;
       fresh = true;
     }
-    rr = roundtrip(c, &q, &a, &fd, &why);
+    rr = roundtrip(c, &q, &a, &fd, &lfd, &why);
     if (rr != RT_DEAD) break;
     conn_drop(c); /* EOF on a cached connection: the exporter may have restarted its server; try once more */
     if (fresh) break;
@@ -401,7 +475,7 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
   if (a.status != ACL_SUCCESS) return aipc__fail(a.status, CALL ": %s", a.text);
 
   /* Granted: from here on a failure must give the reference back. */
-  const char *fail_why = NULL;
+  if (lfd >= 0) install_ledger(c, lfd);
   if (fd >= 0 && cache_arena_fd(c, a.device, fd) != 0) {
     close(fd);
     conn_drop(c);
@@ -416,23 +490,138 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
   if (a.offset + a.size > c->arena_sizes[a.device]) {
     struct stat st;
     if (fstat(afd, &st) == 0) c->arena_sizes[a.device] = (uint64_t)st.st_size;
-    if (a.offset + a.size > c->arena_sizes[a.device]) fail_why = "the range lies outside the exporter's memory";
+    if (a.offset + a.size > c->arena_sizes[a.device]) {
+      release_refs(c, k->export_id, a.slot, 1);
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": exporter process %u granted a range outside its memory",
+                        k->pid);
+    }
   }
-  void *p = MAP_FAILED;
-  if (!fail_why) {
-    p = mmap(NULL, a.size, PROT_READ | PROT_WRITE, MAP_SHARED, afd, (off_t)a.offset);
-    if (p == MAP_FAILED) fail_why = strerror(errno);
-  }
-  if (fail_why) {
-    send_release(c, k->export_id, 1);
-    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": cannot map %" PRIu64 " bytes of process %u: %s", a.size,
-                      k->pid, fail_why);
-  }
-  out->ptr = p;
-  out->size = a.size;
   out->device = a.device;
   out->attr = a.attr;
+  out->offset = a.offset;
+  out->size = a.size;
+  out->slot = a.slot;
   out->gen = c->gen;
+  return ACL_SUCCESS;
+}
+
+/* A mapping for a granted range: in its window when it lies inside one
+ * (creating the window if needed), else a mapping of its own. conn->mu held,
+ * g.lock held on entry and on return (dropped around mmap). */
+static void *map_granted(aipc__cconn *c, const granted *gr, aipc__win **win_out, bool own) {
+  int afd = c->arena_fds[gr->device];
+  uint64_t idx = gr->offset / AIPC_WINDOW;
+  *win_out = NULL;
+  if (!own && gr->offset + gr->size <= (idx + 1) * AIPC_WINDOW) {
+    aipc__win *w = aipc__hmap_get(&c->wins, wkey(gr->device, idx));
+    if (!w && c->arena_sizes[gr->device] > idx * AIPC_WINDOW) {
+      uint64_t len = c->arena_sizes[gr->device] - idx * AIPC_WINDOW;
+      if (len > AIPC_WINDOW) len = AIPC_WINDOW;
+      pthread_mutex_unlock(&g.lock);
+      /* Only threads holding conn->mu create c's windows: no one races us. */
+      void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, afd,
+                        (off_t)(idx * AIPC_WINDOW));
+      pthread_mutex_lock(&g.lock);
+      if (base != MAP_FAILED) {
+        w = calloc(1, sizeof *w);
+        if (w && aipc__hmap_put(&c->wins, wkey(gr->device, idx), w) == 0) {
+          w->conn = c;
+          w->device = gr->device;
+          w->index = idx;
+          w->base = base;
+          w->len = len;
+          w->refs = 1;
+          *win_out = w;
+          return (char *)base + (gr->offset - idx * AIPC_WINDOW);
+        }
+        free(w);
+        w = NULL;
+        munmap(base, len);
+      }
+    }
+    if (w) {
+      if (w->refs++ == 0) idle_unlink(w);
+      *win_out = w;
+      return (char *)w->base + (gr->offset - idx * AIPC_WINDOW);
+    }
+  }
+  pthread_mutex_unlock(&g.lock);
+  void *p = mmap(NULL, gr->size, PROT_READ | PROT_WRITE, MAP_SHARED, afd, (off_t)gr->offset);
+  pthread_mutex_lock(&g.lock);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void unmap_granted(void *p, size_t size, aipc__win *w) {
+  if (w)
+    win_put(w); /* g.lock held */
+  else
+    munmap(p, size);
+}
+
+/* Records a granted import: conn->mu held, g.lock not held. */
+static aclError import_register(aipc__cconn *c, const aipc__key *k, const granted *gr, void **devPtr) {
+  pthread_mutex_lock(&g.lock);
+  aipc__import *imp = aipc__import_lookup(k);
+  if (imp) {
+    /* Another thread imported the same key meanwhile: share its mapping. */
+    imp->refs++;
+    if (imp->conn_gen == gr->gen) {
+      imp->wire_refs++; /* the same (export, connection) reference: the same slot */
+    } else { /* its references died with an older connection; ours is the live one */
+      imp->conn_gen = gr->gen;
+      imp->wire_refs = 1;
+      imp->slot = gr->slot;
+    }
+    *devPtr = imp->ptr;
+    pthread_mutex_unlock(&g.lock);
+    return ACL_SUCCESS;
+  }
+  imp = calloc(1, sizeof *imp);
+  void *p = NULL;
+  aipc__win *w = NULL;
+  aipc__block *b = NULL;
+  /* The window's address may already hold another import of an overlapping
+   * range (two exports of one block): then a mapping of its own. */
+  for (int own = 0; imp && !b && own < 2; own++) {
+    p = map_granted(c, gr, &w, own == 1);
+    if (!p) break;
+    aipc__mem_wrlock();
+    b = aipc__mem_add_import(p, gr->size, gr->device, imp);
+    aipc__mem_unlock();
+    if (!b) unmap_granted(p, gr->size, w);
+  }
+  if (b && aipc__hmap_put(&g.imports, ikey(k->nonce, k->export_id), imp) != 0) {
+    aipc__mem_wrlock();
+    aipc__mem_remove_import(b);
+    aipc__mem_unlock();
+    unmap_granted(p, gr->size, w);
+    b = NULL;
+  }
+  if (!b) {
+    pthread_mutex_unlock(&g.lock);
+    free(imp);
+    release_refs(c, k->export_id, gr->slot, 1);
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": cannot map %" PRIu64 " bytes of process %u: %s",
+                      gr->size, k->pid, p ? "out of memory for bookkeeping" : "mmap failed");
+  }
+  imp->nonce = k->nonce;
+  imp->export_id = k->export_id;
+  imp->pid = k->pid;
+  memcpy(imp->secret, k->secret, AIPC_SECRET_LEN);
+  imp->ptr = p;
+  imp->size = gr->size;
+  imp->device = gr->device;
+  imp->attr = gr->attr;
+  imp->refs = 1;
+  imp->wire_refs = 1;
+  imp->conn_gen = gr->gen;
+  imp->slot = gr->slot;
+  imp->conn = c;
+  imp->block = b;
+  imp->win = w;
+  c->imports++;
+  *devPtr = p;
+  pthread_mutex_unlock(&g.lock);
   return ACL_SUCCESS;
 }
 
@@ -454,72 +643,20 @@ aclError aipc__client_import(const aipc__key *k, uint64_t flags, void **devPtr) 
   if (!c) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
 
   pthread_mutex_lock(&c->mu);
-  mapped m;
-  aclError rc = import_remote(c, k, flags, &m);
-  pthread_mutex_unlock(&c->mu);
-
-  bool give_back = false, unmap = false;
-  pthread_mutex_lock(&g.lock);
-  if (rc == ACL_SUCCESS) {
-    imp = aipc__import_lookup(k);
-    if (imp) {
-      /* Another thread imported the same key meanwhile: share its mapping. */
-      imp->refs++;
-      if (imp->conn_gen == m.gen) {
-        imp->wire_refs++;
-      } else { /* its references died with an older connection; ours is the live one */
-        imp->conn_gen = m.gen;
-        imp->wire_refs = 1;
-      }
-      *devPtr = imp->ptr;
-      unmap = true;
-    } else if (!(imp = calloc(1, sizeof *imp))) {
-      rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
-    } else {
-      imp->nonce = k->nonce;
-      imp->export_id = k->export_id;
-      imp->pid = k->pid;
-      memcpy(imp->secret, k->secret, AIPC_SECRET_LEN);
-      imp->ptr = m.ptr;
-      imp->size = m.size;
-      imp->device = m.device;
-      imp->attr = m.attr;
-      imp->refs = 1;
-      imp->wire_refs = 1;
-      imp->conn_gen = m.gen;
-      imp->conn = c;
-      aipc__mem_wrlock();
-      imp->block = aipc__mem_add_import(m.ptr, m.size, m.device, imp);
-      aipc__mem_unlock();
-      if (!imp->block || aipc__hmap_put(&g.imports, ikey(k->nonce, k->export_id), imp) != 0) {
-        if (imp->block) {
-          aipc__mem_wrlock();
-          aipc__mem_remove_import(imp->block);
-          aipc__mem_unlock();
-        }
-        free(imp);
-        rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory for the import's bookkeeping");
-      } else {
-        c->imports++;
-        *devPtr = m.ptr;
-      }
-    }
-    if (rc != ACL_SUCCESS) {
-      unmap = true;
-      give_back = true;
-    }
-  }
-  if (!give_back) conn_put(c);
-  pthread_mutex_unlock(&g.lock);
-  if (unmap) munmap(m.ptr, m.size);
-  if (give_back) {
-    pthread_mutex_lock(&c->mu);
-    if (c->gen == m.gen) send_release(c, k->export_id, 1);
-    pthread_mutex_unlock(&c->mu);
+  granted gr;
+  aclError rc = import_remote(c, k, flags, &gr);
+  if (rc == ACL_SUCCESS) rc = import_register(c, k, &gr, devPtr);
+  if (c->fd < 0) {
+    /* The connection went: windows nobody uses would keep its memory alive. */
     pthread_mutex_lock(&g.lock);
-    conn_put(c);
+    conn_drop_idle_windows(c);
     pthread_mutex_unlock(&g.lock);
   }
+  pthread_mutex_unlock(&c->mu);
+
+  pthread_mutex_lock(&g.lock);
+  conn_put(c);
+  pthread_mutex_unlock(&g.lock);
   return rc;
 }
 
@@ -535,13 +672,15 @@ aclError aipc__client_close(aipc__import *imp) {
   aipc__cconn *c = imp->conn;
   c->imports--;
   c->users++;
+  if (imp->win) win_put(imp->win); /* no munmap: the window stays for the next import */
   pthread_mutex_unlock(&g.lock);
 
-  munmap(imp->ptr, imp->size);
+  if (!imp->win) munmap(imp->ptr, imp->size);
   pthread_mutex_lock(&c->mu);
-  /* One-way: the RELEASE is in the exporter's socket queue when send
-   * returns, and an exporter's close processes its queue before deciding. */
-  if (c->gen == imp->conn_gen) send_release(c, imp->export_id, imp->wire_refs);
+  /* One-way, and usually no syscall: the count lands in the ledger (or a
+   * RELEASE in the socket queue) before we return, and an exporter's close
+   * takes both in before it decides. */
+  if (c->gen == imp->conn_gen) release_refs(c, imp->export_id, imp->slot, imp->wire_refs);
   pthread_mutex_unlock(&c->mu);
 
   pthread_mutex_lock(&g.lock);
@@ -563,29 +702,36 @@ static void free_all(bool unmap) {
       aipc__mem_wrlock();
       aipc__mem_remove_import(imp->block);
       aipc__mem_unlock();
-      munmap(imp->ptr, imp->size);
+      if (!imp->win) munmap(imp->ptr, imp->size);
     }
     free(imp);
   }
   aipc__hmap_clear(&g.imports);
   for (size_t i = 0; aipc__hmap_next(&g.cconns, &i, &k, &v);) {
     aipc__cconn *c = v;
+    aipc__hkey wk;
+    void *wv;
+    for (size_t j = 0; aipc__hmap_next(&c->wins, &j, &wk, &wv);) {
+      aipc__win *w = wv;
+      /* A forked child keeps its parent's mappings, untracked (emu.h). */
+      if (unmap) munmap(w->base, w->len);
+      free(w);
+    }
+    aipc__hmap_clear(&c->wins);
     if (unmap) {
       conn_free(c);
     } else {
       /* A forked child: the mutex may have been held by a parent thread. */
-      c->users = 0;
       conn_drop(c);
       free(c);
     }
   }
   aipc__hmap_clear(&g.cconns);
   g.idle_cconns = 0;
+  g.idle_head = g.idle_tail = NULL;
+  g.idle_wins = 0;
 }
 
 void aipc__client_clear(void) { free_all(true); }
 
-void aipc__client_child_reset(void) {
-  /* The parent's mappings stay mapped in the child, untracked (emu.h). */
-  free_all(false);
-}
+void aipc__client_child_reset(void) { free_all(false); }

@@ -30,6 +30,7 @@ typedef struct aipc__ref {
   aipc__export *exp;
   aipc__sconn *conn;
   uint32_t count;
+  uint32_t slot;                   /* in conn->ledger, or AIPC_NO_SLOT */
   struct aipc__ref *eprev, *enext; /* in exp->refs */
   struct aipc__ref *cprev, *cnext; /* in conn->refs */
 } aipc__ref;
@@ -57,6 +58,8 @@ struct aipc__export {
   aipc__hmap whitelist; /* pid -> (void *)1 */
   aipc__rpeer *remote;  /* ImportPidInterServer entries of other servers */
   size_t n_remote, cap_remote;
+  bool closing;         /* closed with importers left: in g.closing */
+  aipc__export *cprev, *cnext;
 };
 
 struct aipc__sconn {
@@ -67,13 +70,39 @@ struct aipc__sconn {
   bool dead;       /* closed; freed by the server thread at the end of its batch */
   uint8_t *fd_sent; /* per device: arena fd already sent on this connection */
   size_t n_fd_sent;
+  uint32_t *ledger; /* AIPC_LEDGER_SLOTS counters the importer adds releases to */
+  bool ledger_sent;
+  uint32_t next_slot; /* slots never used yet start here */
+  uint32_t *free_slots;
+  size_t n_free, cap_free;
   aipc__ref *refs;
   aipc__sconn *prev, *next; /* in g.sconns or g.zombies */
 };
 
 /* ---- importer side (ipc_client.c) --------------------------------------- */
 
-typedef struct aipc__cconn {
+typedef struct aipc__cconn aipc__cconn;
+
+/*
+ * A window: one mapping of [index * AIPC_WINDOW, + len) of an exporter's
+ * device arena, shared by every import that lies inside it, so an import
+ * or close costs no mmap/munmap. Kept (idle, LRU) after its last import
+ * closes, up to AIPC_IDLE_WINDOWS_MAX. Guarded by g.lock.
+ */
+typedef struct aipc__win {
+  aipc__cconn *conn;
+  int32_t device;
+  uint64_t index;
+  void *base;
+  size_t len;
+  uint32_t refs; /* live imports in it */
+  struct aipc__win *lprev, *lnext; /* idle LRU (g.idle_wins), oldest first */
+} aipc__win;
+
+#define AIPC_WINDOW ((uint64_t)1 << 30)
+#define AIPC_IDLE_WINDOWS_MAX 16
+
+struct aipc__cconn {
   pthread_mutex_t mu; /* serialises requests; guards the fields up to users */
   uint32_t pid;
   uint64_t nonce;
@@ -81,6 +110,7 @@ typedef struct aipc__cconn {
   uint64_t gen;  /* bumped at every (re)connect and drop */
   uint64_t next_req;
   int *arena_fds; /* per exporter device, -1 when not received yet */
+  uint32_t *ledger; /* the exporter's release ledger for this connection, or NULL */
   uint64_t *arena_sizes;
   size_t n_arena;
   uint64_t *abandoned; /* request ids whose caller timed out */
@@ -89,7 +119,8 @@ typedef struct aipc__cconn {
   uint32_t users;   /* threads working on it */
   uint32_t imports; /* live import records on it */
   uint64_t last_used;
-} aipc__cconn;
+  aipc__hmap wins;  /* {device, index} -> aipc__win */
+};
 
 typedef struct aipc__import {
   uint64_t nonce, export_id;
@@ -102,8 +133,10 @@ typedef struct aipc__import {
   uint32_t refs;      /* aclrtIpcMemImportByKey calls not yet closed */
   uint32_t wire_refs; /* references the exporter counts for this process */
   uint64_t conn_gen;  /* connection generation those references live on */
+  uint32_t slot;      /* their ledger slot, or AIPC_NO_SLOT */
   aipc__cconn *conn;
   aipc__block *block;
+  aipc__win *win; /* NULL: a mapping of its own */
 } aipc__import;
 
 /* ---- shared state -------------------------------------------------------- */
@@ -126,11 +159,14 @@ typedef struct aipc__ipc_state {
   aipc__hmap exports; /* {id, 0} -> aipc__export */
   aipc__hmap refs;    /* {export id, conn serial} -> aipc__ref */
   aipc__sconn *sconns, *zombies;
+  aipc__export *closing; /* closed exports waiting for importers' releases */
 
   /* importer */
   aipc__hmap cconns;  /* {pid, nonce} -> aipc__cconn */
   aipc__hmap imports; /* {nonce, export id} -> aipc__import */
   uint32_t idle_cconns;
+  aipc__win *idle_head, *idle_tail; /* idle windows, oldest first */
+  uint32_t idle_wins;
 } aipc__ipc_state;
 
 extern aipc__ipc_state aipc__g;
@@ -151,6 +187,8 @@ aipc__export *aipc__export_lookup(const aipc__key *k); /* own key, secret checke
 /* Processes what importers holding exp already sent (their RELEASEs, EOFs). */
 void aipc__export_drain(aipc__export *exp);
 void aipc__export_maybe_finish(aipc__export *exp);
+/* A just-closed export with importers left: swept until they release. */
+void aipc__export_closing(aipc__export *exp);
 /* Formats up to a few importer pids of exp into buf. */
 void aipc__export_importers(aipc__export *exp, char *buf, size_t cap);
 

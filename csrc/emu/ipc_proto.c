@@ -67,7 +67,7 @@ size_t aipc__proto_encode(aipc__msg *m, uint8_t buf[AIPC_PROTO_MAX]) {
       put64(b + 16, m->offset);
       put64(b + 24, m->size);
       put32(b + 32, m->text_len);
-      put32(b + 36, 0);
+      put32(b + 36, m->status == ACL_SUCCESS ? m->slot : 0);
       memcpy(b + 40, m->text, m->text_len);
       break;
     case AIPC_MSG_RELEASE:
@@ -137,14 +137,15 @@ aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg
       m->offset = get64(b + 16);
       m->size = get64(b + 24);
       m->text_len = get32(b + 32);
-      if (get32(b + 36) != 0) BAD("reserved IMPORT_REPLY field is not 0");
+      m->slot = get32(b + 36);
       if (m->text_len > AIPC_PROTO_TEXT_MAX || blen != 40 + (size_t)m->text_len)
         BAD("IMPORT_REPLY text length is wrong");
       if (!printable(b + 40, m->text_len)) BAD("IMPORT_REPLY text is not printable");
       memcpy(m->text, b + 40, m->text_len);
       m->text[m->text_len] = '\0';
       if (m->status == ACL_SUCCESS) {
-        if (m->flags & ~AIPC_REPLY_FD) BAD("IMPORT_REPLY with unknown flags");
+        if (m->flags & ~(AIPC_REPLY_FD | AIPC_REPLY_LEDGER)) BAD("IMPORT_REPLY with unknown flags");
+        if (m->slot >= AIPC_LEDGER_SLOTS && m->slot != AIPC_NO_SLOT) BAD("IMPORT_REPLY slot out of range");
         if (m->device < 0 || m->device > AIPC_PROTO_MAX_DEVICE) BAD("IMPORT_REPLY device out of range");
         if (m->attr > ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS) BAD("IMPORT_REPLY attribute out of range");
         if (m->size == 0 || m->size > AIPC_PROTO_MAX_SIZE || m->offset > AIPC_PROTO_MAX_SIZE * 4)
@@ -154,7 +155,7 @@ aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg
         if (m->text_len != 0) BAD("successful IMPORT_REPLY carries text");
       } else {
         if (!known_error(m->status)) BAD("IMPORT_REPLY with an unknown status");
-        if (m->flags || m->device || m->attr || m->offset || m->size)
+        if (m->flags || m->device || m->attr || m->offset || m->size || m->slot)
           BAD("failed IMPORT_REPLY carries a mapping");
       }
       return AIPC_DECODE_OK;

@@ -14,11 +14,19 @@
  * IMPORT         importer -> exporter, body 32: u64 export_id, u8 secret[16],
  *                u32 flags (import flags, <= 1), u32 sdid (importer's)
  * IMPORT_REPLY   exporter -> importer, body 40 + text_len: i32 status,
- *                u32 flags (bit 0: the device's arena fd is attached),
- *                i32 device, u32 attr, u64 offset, u64 size, u32 text_len,
- *                u32 reserved, char text[text_len] (printable ASCII, no NUL)
+ *                u32 flags (bit 0: the device's arena fd is attached; bit 1:
+ *                the connection's release ledger fd follows it), i32 device,
+ *                u32 attr, u64 offset, u64 size, u32 text_len, u32 slot (the
+ *                reference's ledger slot, AIPC_NO_SLOT for none; 0 on
+ *                failure), char text[text_len] (printable ASCII, no NUL)
  * RELEASE        importer -> exporter, body 16: u64 export_id, u32 count,
  *                u32 reserved. One-way: no reply (see docs/design-ipc.md).
+ *
+ * The release ledger: a sealed memfd of AIPC_LEDGER_SLOTS u32 counters that
+ * the exporter creates per connection and sends with its first grant. An
+ * importer releases n references of a slotted grant by adding n to its slot
+ * (no syscall); the exporter takes the counts out (atomic exchange) whenever
+ * it needs exact numbers, and treats them as untrusted input.
  * ERROR          exporter -> importer, body 8 + text_len: i32 status,
  *                u32 text_len, text; sent before the exporter closes a
  *                connection it cannot serve (unsupported protocol version).
@@ -49,7 +57,11 @@ enum {
   AIPC_MSG_ERROR = 4,
 };
 
-#define AIPC_REPLY_FD 1u /* IMPORT_REPLY flags: an fd rides along */
+#define AIPC_REPLY_FD 1u     /* IMPORT_REPLY flags: the arena fd rides along */
+#define AIPC_REPLY_LEDGER 2u /* ... and the connection's ledger fd (after the arena fd) */
+#define AIPC_LEDGER_SLOTS 16384u
+#define AIPC_LEDGER_BYTES ((size_t)AIPC_LEDGER_SLOTS * 4)
+#define AIPC_NO_SLOT 0xffffffffu
 #define AIPC_PROTO_MAX_SIZE ((uint64_t)1 << 47)
 #define AIPC_PROTO_MAX_DEVICE 65535
 
@@ -63,6 +75,7 @@ typedef struct aipc__msg {
   uint32_t flags;                  /* IMPORT: import flags; IMPORT_REPLY: AIPC_REPLY_* */
   uint32_t sdid;                   /* IMPORT */
   uint32_t count;                  /* RELEASE */
+  uint32_t slot;                   /* IMPORT_REPLY */
   /* IMPORT_REPLY, ERROR */
   aclError status;
   int32_t device;

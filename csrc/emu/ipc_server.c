@@ -15,10 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "emu/ipc_internal.h"
@@ -33,6 +36,7 @@ static const uint8_t dummy_secret[AIPC_SECRET_LEN];
  * enough: reading on until EAGAIN would cost an extra recvmsg per request. */
 #define SERVICE_BATCH 1
 #define DRAIN_MAX 4096          /* messages per connection when a close drains it */
+#define SWEEP_MS 20             /* how often closed exports with importers look at the ledgers */
 
 static aipc__hkey ekey(uint64_t id) { return (aipc__hkey){id, 0}; }
 static aipc__hkey rkey(uint64_t id, uint64_t serial) { return (aipc__hkey){id, serial}; }
@@ -52,8 +56,17 @@ static void export_free(aipc__export *e) {
   free(e);
 }
 
+static void closing_unlink(aipc__export *e) {
+  if (!e->closing) return;
+  if (e->cprev) e->cprev->cnext = e->cnext; else g.closing = e->cnext;
+  if (e->cnext) e->cnext->cprev = e->cprev;
+  e->cprev = e->cnext = NULL;
+  e->closing = false;
+}
+
 void aipc__export_maybe_finish(aipc__export *e) {
   if (!e->closed || e->refs_total != 0) return;
+  closing_unlink(e);
   aipc__hmap_remove(&g.exports, ekey(e->id));
   aipc__mem_wrlock();
   aipc__mem_unpin(e->block);
@@ -61,7 +74,28 @@ void aipc__export_maybe_finish(aipc__export *e) {
   export_free(e);
 }
 
+static void slot_free(aipc__sconn *c, uint32_t slot) {
+  if (slot == AIPC_NO_SLOT) return;
+  if (c->n_free == c->cap_free) {
+    size_t cap = c->cap_free ? c->cap_free * 2 : 64;
+    uint32_t *v = realloc(c->free_slots, cap * sizeof *v);
+    if (!v) return; /* the slot is lost to this connection, nothing worse */
+    c->free_slots = v;
+    c->cap_free = cap;
+  }
+  c->ledger[slot] = 0;
+  c->free_slots[c->n_free++] = slot;
+}
+
+static uint32_t slot_alloc(aipc__sconn *c) {
+  if (!c->ledger) return AIPC_NO_SLOT;
+  if (c->n_free) return c->free_slots[--c->n_free];
+  if (c->next_slot < AIPC_LEDGER_SLOTS) return c->next_slot++;
+  return AIPC_NO_SLOT; /* the importer releases this one with a RELEASE message */
+}
+
 static void ref_free(aipc__ref *r) {
+  if (!r->conn->dead) slot_free(r->conn, r->slot);
   if (r->eprev) r->eprev->enext = r->enext; else r->exp->refs = r->enext;
   if (r->enext) r->enext->eprev = r->eprev;
   if (r->cprev) r->cprev->cnext = r->cnext; else r->conn->refs = r->cnext;
@@ -104,6 +138,8 @@ static void conn_kill(aipc__sconn *c) {
     close(c->fd);
     c->fd = -1;
   }
+  if (c->ledger) munmap(c->ledger, AIPC_LEDGER_BYTES);
+  c->ledger = NULL;
   if (c->prev) c->prev->next = c->next; else g.sconns = c->next;
   if (c->next) c->next->prev = c->prev;
   c->prev = NULL;
@@ -116,11 +152,16 @@ static void free_zombies(void) {
     aipc__sconn *c = g.zombies;
     g.zombies = c->next;
     free(c->fd_sent);
+    free(c->free_slots);
     free(c);
   }
 }
 
-static int conn_send(aipc__sconn *c, aipc__msg *m, int fd) {
+static int conn_send2(aipc__sconn *c, aipc__msg *m, int fd, int fd2);
+
+static int conn_send(aipc__sconn *c, aipc__msg *m, int fd) { return conn_send2(c, m, fd, -1); }
+
+static int conn_send2(aipc__sconn *c, aipc__msg *m, int fd, int fd2) {
   uint8_t buf[AIPC_PROTO_MAX];
   size_t len = aipc__proto_encode(m, buf);
   struct iovec iov = {buf, len};
@@ -129,18 +170,21 @@ static int conn_send(aipc__sconn *c, aipc__msg *m, int fd) {
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
   union {
-    char b[CMSG_SPACE(sizeof(int))];
+    char b[CMSG_SPACE(2 * sizeof(int))];
     struct cmsghdr align;
   } ctl;
-  if (fd >= 0) {
+  int fds[2], nfd = 0;
+  if (fd >= 0) fds[nfd++] = fd;
+  if (fd2 >= 0) fds[nfd++] = fd2;
+  if (nfd) {
     memset(&ctl, 0, sizeof ctl);
     mh.msg_control = ctl.b;
-    mh.msg_controllen = sizeof ctl.b;
+    mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    cm->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, (size_t)nfd * sizeof(int));
   }
   for (;;) {
     /* Never blocks: an importer that does not read its replies is dropped. */
@@ -169,14 +213,61 @@ static int fd_sent_mark(aipc__sconn *c, int32_t device) {
   return 0;
 }
 
+/* Creates c's ledger; returns its fd (to send once), or -1 (then c has none). */
+static int ledger_create(aipc__sconn *c) {
+  int fd = memfd_create("ascend_ipc_ledger", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -1;
+  void *p = MAP_FAILED;
+  /* Sealed so the importer can neither shrink it (a SIGBUS here) nor grow it. */
+  if (ftruncate(fd, (off_t)AIPC_LEDGER_BYTES) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
+      (p = mmap(NULL, AIPC_LEDGER_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+    close(fd);
+    return -1;
+  }
+  c->ledger = p;
+  return fd;
+}
+
+static void release_refs(aipc__ref *r, uint32_t n) {
+  aipc__export *e = r->exp;
+  r->count -= n;
+  e->refs_total -= n;
+  if (r->count == 0) ref_free(r);
+  aipc__export_maybe_finish(e);
+}
+
+/* Takes what the importer added to r's ledger slot. Returns false when that
+ * was more than it holds: the connection is killed (r is gone then). */
+static bool ref_consume(aipc__ref *r) {
+  aipc__sconn *c = r->conn;
+  if (r->slot == AIPC_NO_SLOT || !c->ledger) return true;
+  uint32_t n = __atomic_exchange_n(&c->ledger[r->slot], 0, __ATOMIC_ACQ_REL);
+  if (n == 0) return true;
+  if (n > r->count) {
+    conn_kill(c);
+    return false;
+  }
+  release_refs(r, n);
+  return true;
+}
+
+/* Takes the ledger counts of export id's reference from c, if any. Returns false if c died. */
+static bool consume_for(uint64_t id, aipc__sconn *c) {
+  aipc__ref *r = aipc__hmap_get(&g.refs, rkey(id, c->serial));
+  return r ? ref_consume(r) : true;
+}
+
 static void handle_import(aipc__sconn *c, const aipc__msg *q) {
   aipc__msg a;
   memset(&a, 0, offsetof(aipc__msg, text) + 1);
   a.type = AIPC_MSG_IMPORT_REPLY;
   a.req = q->req;
+  /* Releases this importer already noted count first (keeps counts small). */
+  if (!consume_for(q->export_id, c)) return;
   aipc__export *e = aipc__hmap_get(&g.exports, ekey(q->export_id));
   int secret_ok = aipc__secret_equal(e ? e->secret : dummy_secret, q->secret);
-  int fd = -1;
+  int fd = -1, ledger_fd = -1;
   if (c->uid != g.euid) {
     a.status = ACL_ERROR_RT_NO_PERMISSION;
     aipc__proto_set_text(&a,
@@ -225,6 +316,8 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q) {
       aipc__proto_set_text(&a, "exporter (process %d) is out of memory", (int)g.pid);
     } else {
       if (r->count == 0) {
+        if (!c->ledger && !c->ledger_sent) ledger_fd = ledger_create(c);
+        r->slot = slot_alloc(c);
         r->exp = e;
         r->conn = c;
         r->enext = e->refs;
@@ -242,13 +335,20 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q) {
       a.attr = e->attr;
       a.offset = e->offset;
       a.size = e->size;
+      a.slot = r->slot;
       if (need_fd) {
-        a.flags = AIPC_REPLY_FD;
+        a.flags |= AIPC_REPLY_FD;
         fd = arena;
       }
+      if (ledger_fd >= 0) a.flags |= AIPC_REPLY_LEDGER;
     }
   }
-  if (conn_send(c, &a, fd) != 0 || (fd >= 0 && fd_sent_mark(c, a.device) != 0)) {
+  int sent = conn_send2(c, &a, fd, ledger_fd);
+  if (ledger_fd >= 0) {
+    close(ledger_fd); /* the mapping stays; the importer has its own descriptor */
+    c->ledger_sent = true;
+  }
+  if (sent != 0 || (fd >= 0 && fd_sent_mark(c, a.device) != 0)) {
     conn_kill(c); /* drops the reference just counted too */
   }
 }
@@ -259,11 +359,7 @@ static void handle_release(aipc__sconn *c, const aipc__msg *q) {
     conn_kill(c); /* releasing what it does not hold: a broken or hostile peer */
     return;
   }
-  aipc__export *e = r->exp;
-  r->count -= q->count;
-  e->refs_total -= q->count;
-  if (r->count == 0) ref_free(r);
-  aipc__export_maybe_finish(e);
+  release_refs(r, q->count);
 }
 
 static void send_version_error(aipc__sconn *c, const aipc__msg *q) {
@@ -354,9 +450,64 @@ void aipc__export_drain(aipc__export *e) {
   for (aipc__ref *r = e->refs; r; r = r->enext) v[i++] = r->conn;
   /* The connections stay allocated until the server thread frees zombies,
    * which it cannot do while we hold g.lock. */
-  for (i = 0; i < n; i++)
+  uint64_t id = e->id;
+  for (i = 0; i < n; i++) {
     if (!v[i]->dead) conn_service(v[i], DRAIN_MAX);
+    if (!v[i]->dead) consume_for(id, v[i]);
+  }
   if (v != &one) free(v);
+}
+
+void aipc__export_closing(aipc__export *e) {
+  if (e->closing || e->refs_total == 0) return;
+  e->closing = true;
+  e->cprev = NULL;
+  e->cnext = g.closing;
+  if (g.closing) g.closing->cprev = e;
+  bool first = g.closing == NULL;
+  g.closing = e;
+  if (first && g.wake_fd >= 0) { /* the server starts sweeping */
+    uint64_t one = 1;
+    ssize_t w = write(g.wake_fd, &one, sizeof one);
+    (void)w;
+  }
+}
+
+static uint64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Closed exports still held by importers: take their ledger releases, at
+ * most every SWEEP_MS. Any step may kill a connection (a bad count) and so
+ * finish other exports: everything is looked up again by id. Connections
+ * stay allocated (zombies) until the end of the server's batch. */
+static void sweep_closing(void) {
+  static uint64_t last;
+  uint64_t t = mono_ms();
+  if (t - last < SWEEP_MS) return;
+  last = t;
+  size_t n = 0;
+  for (aipc__export *e = g.closing; e; e = e->cnext) n++;
+  uint64_t *ids = malloc(n * sizeof *ids);
+  if (!ids) return;
+  size_t k = 0;
+  for (aipc__export *e = g.closing; e; e = e->cnext) ids[k++] = e->id;
+  for (k = 0; k < n; k++) {
+    aipc__export *e = aipc__hmap_get(&g.exports, ekey(ids[k]));
+    if (!e || !e->closing) continue;
+    size_t m = 0;
+    for (aipc__ref *r = e->refs; r; r = r->enext) m++;
+    aipc__sconn **v = malloc((m ? m : 1) * sizeof *v);
+    if (!v) break;
+    size_t i = 0;
+    for (aipc__ref *r = e->refs; r; r = r->enext) v[i++] = r->conn;
+    for (i = 0; i < m && aipc__hmap_get(&g.exports, ekey(ids[k])); i++)
+      if (!v[i]->dead) consume_for(ids[k], v[i]);
+    free(v);
+  }
+  free(ids);
 }
 
 static void accept_all(void) {
@@ -404,7 +555,11 @@ static void *server_main(void *arg) {
   struct epoll_event evs[64];
   for (;;) {
     /* listen_paused is written only by this thread while it runs. */
-    int n = epoll_wait(g.epoll_fd, evs, 64, g.listen_paused ? 50 : -1);
+    int timeout = g.listen_paused ? 50 : -1;
+    pthread_mutex_lock(&g.lock);
+    if (g.closing) timeout = SWEEP_MS;
+    pthread_mutex_unlock(&g.lock);
+    int n = epoll_wait(g.epoll_fd, evs, 64, timeout);
     pthread_mutex_lock(&g.lock);
     if (g.stop) {
       pthread_mutex_unlock(&g.lock);
@@ -424,6 +579,7 @@ static void *server_main(void *arg) {
         if (!c->dead) conn_service(c, SERVICE_BATCH);
       }
     }
+    if (g.closing) sweep_closing();
     free_zombies();
     pthread_mutex_unlock(&g.lock);
   }
@@ -522,6 +678,7 @@ static void free_exports(bool unpin) {
 void aipc__server_clear(void) {
   while (g.sconns) conn_kill(g.sconns);
   free_zombies();
+  g.closing = NULL;
   free_exports(true);
   aipc__hmap_clear(&g.refs);
   close_fds();
@@ -542,10 +699,13 @@ void aipc__server_child_reset(void) {
       free(r);
     }
     if (c->fd >= 0) close(c->fd);
+    if (c->ledger) munmap(c->ledger, AIPC_LEDGER_BYTES);
     free(c->fd_sent);
+    free(c->free_slots);
     free(c);
   }
   free_zombies();
+  g.closing = NULL;
   free_exports(false);
   aipc__hmap_clear(&g.refs);
   close_fds(); /* the listening socket above all: it must not keep the parent's name alive */

@@ -54,16 +54,60 @@ static void registry_remove(aipc_py_registry *r, aipc_py_allocation *a) {
   a->registered = 0;
 }
 
+/* Usable, and memory of ascend_ipc (not borrowed). */
+static int own_usable(const aipc_py_allocation *a) {
+  return !a->released && !aipc_py_allocation_foreign(a) /* stale after fork */ && a->kind != AIPC_PY_BORROWED;
+}
+
 aipc_py_allocation *aipc_py_registry_find(aipc_py_registry *r, uintptr_t lo, uintptr_t hi) {
   size_t at = registry_upper(r, lo);
   while (at > 0) {
     aipc_py_allocation *a = r->items[--at];
-    if (a->released || aipc_py_allocation_foreign(a)) continue; /* stale after fork */
+    if (!own_usable(a)) continue;
     uintptr_t base = (uintptr_t)a->base;
     if (lo >= base && hi >= lo && hi <= base + a->size) return a;
-    return NULL; /* allocations of this process never overlap */
+    return NULL; /* owned and imported allocations of this process never overlap */
   }
   return NULL;
+}
+
+aipc_py_allocation *aipc_py_registry_overlap(aipc_py_registry *r, uintptr_t lo, uintptr_t hi) {
+  if (hi <= lo) return NULL;
+  /* The own allocation with the greatest base below hi is the only candidate:
+   * own allocations do not overlap each other, so any other one ends before
+   * it starts. */
+  size_t at = registry_upper(r, hi - 1);
+  while (at > 0) {
+    aipc_py_allocation *a = r->items[--at];
+    if (!own_usable(a)) continue;
+    return (uintptr_t)a->base + a->size > lo ? a : NULL;
+  }
+  return NULL;
+}
+
+aipc_py_allocation *aipc_py_registry_find_borrowed(aipc_py_registry *r, uintptr_t base, size_t size,
+                                                   int32_t device) {
+  size_t at = registry_upper(r, base);
+  while (at > 0) {
+    aipc_py_allocation *a = r->items[--at];
+    if ((uintptr_t)a->base != base) break;
+    if (a->kind == AIPC_PY_BORROWED && !a->released && !aipc_py_allocation_foreign(a) && a->size == size &&
+        a->device == device) {
+      return a;
+    }
+  }
+  return NULL;
+}
+
+const char *aipc_py_alloc_kind_name(int kind) {
+  switch (kind) {
+    case AIPC_PY_OWNED:
+      return "owned";
+    case AIPC_PY_IMPORTED:
+      return "imported";
+    default:
+      return "borrowed";
+  }
 }
 
 void aipc_py_registry_free(aipc_py_registry *r) {
@@ -196,9 +240,9 @@ int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py
   if (rc == ACL_SUCCESS) {
     if (kind == AIPC_PY_OWNED) {
       rc = aipc_py_note(p, f, "aclrtFree", p->free(base));
-    } else {
+    } else if (kind == AIPC_PY_IMPORTED) {
       rc = aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(import_key));
-    }
+    } /* BORROWED: the memory is its owner's to free */
   }
   Py_END_ALLOW_THREADS
 
@@ -234,7 +278,7 @@ static void allocation_dealloc(PyObject *self) {
       /* Never free memory the runtime would not let go of (ASCEND_IPC_STRICT=1
        * with importers still attached): leak it, loudly. */
       registry_remove(&st->registry, a);
-      aipc_py_warn_leak(st, a->kind == AIPC_PY_OWNED ? "exported device memory" : "an imported mapping",
+      aipc_py_warn_leak(st, a->kind == AIPC_PY_IMPORTED ? "an imported mapping" : "exported device memory",
                         &f);
     }
   }
@@ -248,7 +292,7 @@ static void allocation_dealloc(PyObject *self) {
 static PyObject *allocation_repr(PyObject *self) {
   aipc_py_allocation *a = (aipc_py_allocation *)self;
   return PyUnicode_FromFormat("<ascend_ipc._C._Allocation %s %p size=%zu device=%d exports=%zu%s%s>",
-                              a->kind == AIPC_PY_OWNED ? "owned" : "imported", a->base, a->size,
+                              aipc_py_alloc_kind_name(a->kind), a->base, a->size,
                               (int)a->device, a->nexports, a->released ? " released" : "",
                               aipc_py_allocation_foreign(a) ? " foreign" : "");
 }

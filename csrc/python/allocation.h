@@ -2,8 +2,11 @@
  * _Allocation: one piece of device memory this process holds, shared by every
  * object that uses it.
  *
- * An allocation is either OWNED (aclrtMalloc in this process; it may carry
- * IPC exports) or IMPORTED (one aclrtIpcMemImportByKey). DeviceArrays and
+ * An allocation is OWNED (aclrtMalloc in this process; it may carry IPC
+ * exports), IMPORTED (one aclrtIpcMemImportByKey), or BORROWED (device memory
+ * this process got from someone else, e.g. torch_npu's caching allocator,
+ * wrapped by ascend_ipc.wrap(): it may carry exports, which are closed when
+ * the allocation goes, but it is never freed here). DeviceArrays and
  * their views, exporter-side IpcHandles and DLPack capsules each hold a
  * reference; the memory is given back when the last one goes: exports closed
  * (aclrtIpcMemClose), then aclrtFree, or for an import aclrtIpcMemClose. So
@@ -23,7 +26,11 @@
 typedef enum aipc_py_alloc_kind {
   AIPC_PY_OWNED = 1,
   AIPC_PY_IMPORTED = 2,
+  AIPC_PY_BORROWED = 3,
 } aipc_py_alloc_kind;
+
+/* "owned", "imported" or "borrowed". */
+const char *aipc_py_alloc_kind_name(int kind);
 
 /* ACCESS_LINK values; AIPC_PY_LINK_NONE means the attribute was not set. */
 #define AIPC_PY_LINK_NONE (-1)
@@ -83,9 +90,15 @@ void aipc_py_allocation_remove_export(aipc_py_allocation *a, const char *key);
 
 /* ---- registry: which allocation holds an address ------------------------ */
 
-/* The usable allocation of this process that contains [lo, hi), or NULL.
- * Borrowed. O(log n). */
+/* The usable owned or imported allocation of this process that contains
+ * [lo, hi), or NULL. Borrowed reference. O(log n). BORROWED allocations are
+ * never found here: they are not ascend_ipc memory. */
 aipc_py_allocation *aipc_py_registry_find(aipc_py_registry *r, uintptr_t lo, uintptr_t hi);
+/* An owned or imported allocation overlapping [lo, hi), or NULL. */
+aipc_py_allocation *aipc_py_registry_overlap(aipc_py_registry *r, uintptr_t lo, uintptr_t hi);
+/* The usable BORROWED allocation with exactly this base, size and device, or NULL. */
+aipc_py_allocation *aipc_py_registry_find_borrowed(aipc_py_registry *r, uintptr_t base, size_t size,
+                                                   int32_t device);
 void aipc_py_registry_free(aipc_py_registry *r);
 
 #endif

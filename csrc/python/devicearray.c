@@ -208,6 +208,7 @@ PyObject *aipc_py_array_new(aipc_py_state *st, aipc_py_allocation *alloc, PyObje
   self->data = (char *)alloc->base + offset;
   self->device = alloc->device;
   self->imported = alloc->kind == AIPC_PY_IMPORTED;
+  self->kind = alloc->kind;
   return (PyObject *)self;
 }
 
@@ -395,6 +396,106 @@ done:
   return result;
 }
 
+/* wrap(address, size, device=None): a uint8 DeviceArray over device memory
+ * this process got from elsewhere. The memory is never freed here. */
+PyObject *aipc_py_wrap(PyObject *module, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"address", "size", "device", NULL};
+  aipc_py_state *st = aipc_py_state_of_module(module);
+  const aipc_provider *p = st->provider;
+  PyObject *addr_obj, *device_obj = Py_None, *result = NULL;
+  Py_ssize_t size;
+  int32_t device;
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On|O:wrap", kwlist, &addr_obj, &size, &device_obj)) return NULL;
+  if (!PyLong_Check(addr_obj) || PyBool_Check(addr_obj)) {
+    PyErr_Format(PyExc_TypeError, "address must be an int, not %.100s", Py_TYPE(addr_obj)->tp_name);
+    return NULL;
+  }
+  unsigned long long addr_ull = PyLong_AsUnsignedLongLong(addr_obj);
+  if (PyErr_Occurred()) return NULL;
+  uintptr_t addr = (uintptr_t)addr_ull;
+  if (addr == 0) {
+    PyErr_SetString(PyExc_ValueError, "wrap(): address is NULL");
+    return NULL;
+  }
+  if (size <= 0) {
+    PyErr_Format(PyExc_ValueError, "wrap(): size must be positive, not %zd", size);
+    return NULL;
+  }
+  if (addr % AIPC_PY_PAGE != 0 || (size_t)size % AIPC_PY_PAGE != 0) {
+    PyErr_Format(PyExc_ValueError,
+                 "wrap(): address (%p) and size (%zd) must be multiples of the page size %zd: CANN "
+                 "exports only page-aligned ranges",
+                 (void *)addr, size, (Py_ssize_t)AIPC_PY_PAGE);
+    return NULL;
+  }
+  if ((uintptr_t)size > UINTPTR_MAX - addr) {
+    PyErr_SetString(PyExc_ValueError, "wrap(): the range wraps around the address space");
+    return NULL;
+  }
+  if (aipc_py_parse_device(device_obj, &device) < 0) return NULL;
+  if (device < 0) {
+    int32_t cur = 0;
+    if (p->get_device(&cur) != ACL_SUCCESS) {
+      (void)p->get_recent_err_msg(); /* no device set yet: device 0, as CANN defaults */
+      cur = 0;
+    }
+    device = cur;
+  }
+  aipc_py_allocation *own = aipc_py_registry_overlap(&st->registry, addr, addr + (uintptr_t)size);
+  if (own != NULL) {
+    PyErr_Format(PyExc_ValueError,
+                 "wrap(): [%p, +%zd bytes) overlaps device memory that ascend_ipc %s here (%p, %zd bytes): "
+                 "use that DeviceArray instead",
+                 (void *)addr, size, own->kind == AIPC_PY_IMPORTED ? "imported" : "allocated", own->base,
+                 (Py_ssize_t)own->size);
+    return NULL;
+  }
+  aipc_py_allocation *alloc = aipc_py_registry_find_borrowed(&st->registry, addr, (size_t)size, device);
+  if (alloc != NULL) {
+    Py_INCREF(alloc);
+  } else {
+    alloc = aipc_py_allocation_create(st, AIPC_PY_BORROWED, (void *)addr, (size_t)size, device, NULL);
+    if (alloc == NULL) return NULL;
+  }
+  PyArray_Descr *u8 = PyArray_DescrFromType(NPY_UBYTE);
+  if (u8 != NULL) {
+    Py_ssize_t stride = 1;
+    result = aipc_py_array_new(st, alloc, NULL, u8, 1, &size, &stride, 0);
+    Py_DECREF(u8);
+  }
+  Py_DECREF(alloc);
+  return result;
+}
+
+/* _subview(array, offset, shape, strides, dtype): another view of the same
+ * allocation (offset in bytes from its base). ascend_ipc.torch uses it. */
+PyObject *aipc_py_subview(PyObject *module, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"array", "offset", "shape", "strides", "dtype", NULL};
+  aipc_py_state *st = aipc_py_state_of_module(module);
+  PyObject *array_obj, *shape_obj, *strides_obj, *dtype_obj, *result = NULL;
+  Py_ssize_t offset, shape[AIPC_PY_MAX_NDIM], strides[AIPC_PY_MAX_NDIM];
+  int ndim;
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OnOOO:_subview", kwlist, &array_obj, &offset, &shape_obj,
+                                   &strides_obj, &dtype_obj)) {
+    return NULL;
+  }
+  if (Py_TYPE(array_obj) != st->array_type) {
+    PyErr_Format(PyExc_TypeError, "_subview() needs a DeviceArray, not %.100s", Py_TYPE(array_obj)->tp_name);
+    return NULL;
+  }
+  aipc_py_allocation *alloc = aipc_py_array_checked((aipc_py_array *)array_obj);
+  if (alloc == NULL) return NULL;
+  if (aipc_py_parse_shape(shape_obj, "shape", &ndim, shape) < 0) return NULL;
+  if (aipc_py_parse_strides(strides_obj, ndim, strides) < 0) return NULL;
+  PyArray_Descr *dtype = aipc_py_dtype_converter(dtype_obj);
+  if (dtype == NULL) return NULL;
+  result = aipc_py_array_new(st, alloc, array_obj, dtype, ndim, shape, strides, offset);
+  Py_DECREF(dtype);
+  return result;
+}
+
 /* _live_allocations(): [(base, size, device, kind), ...] of this process. */
 PyObject *aipc_py_live_allocations(PyObject *module, PyObject *unused) {
   aipc_py_state *st = aipc_py_state_of_module(module);
@@ -404,7 +505,7 @@ PyObject *aipc_py_live_allocations(PyObject *module, PyObject *unused) {
     aipc_py_allocation *a = st->registry.items[i];
     if (a->released || aipc_py_allocation_foreign(a)) continue;
     PyObject *t = Py_BuildValue("(KnIs)", (unsigned long long)(uintptr_t)a->base, (Py_ssize_t)a->size,
-                                (unsigned)a->device, a->kind == AIPC_PY_OWNED ? "owned" : "imported");
+                                (unsigned)a->device, aipc_py_alloc_kind_name(a->kind));
     if (t == NULL || PyList_Append(list, t) < 0) {
       Py_XDECREF(t);
       Py_DECREF(list);
@@ -482,6 +583,59 @@ fail:
   return NULL;
 }
 
+/* copy_from(src): host -> device copy into this (C-contiguous) view. */
+static PyObject *array_copy_from(PyObject *op, PyObject *src_obj) {
+  aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
+  const aipc_provider *p = st->provider;
+  aipc_py_allocation *alloc = aipc_py_array_checked(SELF);
+  if (alloc == NULL) return NULL;
+  Py_ssize_t itemsize = PyDataType_ELSIZE(SELF->dtype);
+  if (!aipc_py_c_contiguous(SELF->ndim, SELF->shape, SELF->strides, itemsize)) {
+    PyErr_SetString(PyExc_ValueError,
+                    "copy_from() writes C-contiguous views only (one aclrtMemcpy); copy into the contiguous "
+                    "array this view was sliced from");
+    return NULL;
+  }
+  PyArrayObject *src = (PyArrayObject *)PyArray_FROM_O(src_obj);
+  if (src == NULL) return NULL;
+  if (!PyArray_CanCastTypeTo(PyArray_DESCR(src), SELF->dtype, NPY_SAME_KIND_CASTING)) {
+    PyErr_Format(PyExc_TypeError, "copy_from(): cannot cast %S to %S (same_kind casting)",
+                 (PyObject *)PyArray_DESCR(src), (PyObject *)SELF->dtype);
+    Py_DECREF(src);
+    return NULL;
+  }
+  Py_INCREF(SELF->dtype);
+  PyArrayObject *host = (PyArrayObject *)PyArray_Empty(SELF->ndim, (npy_intp *)SELF->shape, SELF->dtype, 0);
+  if (host == NULL || PyArray_CopyInto(host, src) < 0) { /* broadcasts; wrong shapes: ValueError */
+    Py_XDECREF(host);
+    Py_DECREF(src);
+    return NULL;
+  }
+  Py_DECREF(src);
+  if (SELF->nbytes == 0) {
+    Py_DECREF(host);
+    Py_RETURN_NONE;
+  }
+
+  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+  aipc_py_device_scope scope;
+  size_t count = (size_t)SELF->nbytes;
+  void *dst = (char *)alloc->base + SELF->offset;
+  const void *from = PyArray_DATA(host);
+  int32_t device = alloc->device;
+  Py_INCREF(alloc); /* nothing frees it while the GIL is released */
+  Py_BEGIN_ALLOW_THREADS
+  if (aipc_py_device_enter(p, &f, device, &scope) == ACL_SUCCESS) {
+    (void)aipc_py_note(p, &f, "aclrtMemcpy", p->memcpy(dst, count, from, count, ACL_MEMCPY_HOST_TO_DEVICE));
+    aipc_py_device_leave(p, &scope);
+  }
+  Py_END_ALLOW_THREADS
+  Py_DECREF(alloc);
+  Py_DECREF(host);
+  if (f.code != ACL_SUCCESS) return aipc_py_raise(st, &f);
+  Py_RETURN_NONE;
+}
+
 /* __array__(dtype=None, copy=None): numpy's conversion protocol. Device memory
  * reaches the host only by a copy, so this is numpy() (plus a cast); copy=False
  * cannot be honoured and says how to share instead. */
@@ -490,9 +644,13 @@ static PyObject *array_array(PyObject *op, PyObject *args, PyObject *kwargs) {
   PyObject *dtype = Py_None, *copy = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:__array__", kwlist, &dtype, &copy)) return NULL;
   if (copy == Py_False) {
+    aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
     PyErr_SetString(PyExc_ValueError,
-                    "a DeviceArray converts to a numpy array only by a copy; numpy.from_dlpack(a) shares "
-                    "the memory instead");
+                    st->provider->host_visible
+                        ? "a DeviceArray converts to a numpy array only by a copy; numpy.from_dlpack(a) shares "
+                          "the memory instead"
+                        : "a DeviceArray converts to a numpy array only by a copy: on this provider device "
+                          "memory is NPU memory, which the CPU cannot address");
     return NULL;
   }
   PyObject *host = array_numpy(op, NULL);
@@ -683,6 +841,10 @@ static PyGetSetDef array_getset[] = {
 static PyMethodDef array_methods[] = {
     {"numpy", array_numpy, METH_NOARGS,
      "numpy() -> numpy.ndarray\n\nA C-contiguous host copy (device-to-host aclrtMemcpy)."},
+    {"copy_from", array_copy_from, METH_O,
+     "copy_from(src)\n\nCopies host data into this C-contiguous view (host-to-device aclrtMemcpy).\n"
+     "src: anything numpy.asarray() takes, broadcast to this shape and cast with\n"
+     "same_kind casting. On the cann provider this is how the CPU writes NPU memory."},
     {"close", array_close, METH_NOARGS,
      "close()\n\nDrops this array's claim on its memory; the memory is given back once nothing\n"
      "else (views, handles, DLPack consumers) uses it. Closing twice is harmless."},
@@ -707,7 +869,7 @@ static PyObject *array_repr(PyObject *op) {
                       : "";
   PyObject *r = PyUnicode_FromFormat("DeviceArray(shape=%R, dtype=%S, device=%d, ptr=%p, %s%s)", shape,
                                      (PyObject *)SELF->dtype, (int)SELF->device, SELF->data,
-                                     SELF->imported ? "imported" : "owned", state);
+                                     aipc_py_alloc_kind_name(SELF->kind), state);
   Py_DECREF(shape);
   return r;
 }

@@ -27,6 +27,7 @@ typedef struct aipc_py_array {
   void *data;          /* address of element 0 (kept for repr after close) */
   int32_t device;
   int imported;
+  int kind;            /* the allocation's aipc_py_alloc_kind (kept for repr after close) */
 } aipc_py_array;
 
 int aipc_py_array_init_type(PyObject *module, aipc_py_state *st);
@@ -72,6 +73,8 @@ PyObject *aipc_py_empty(PyObject *module, PyObject *args, PyObject *kwargs);
 PyObject *aipc_py_zeros(PyObject *module, PyObject *args, PyObject *kwargs);
 PyObject *aipc_py_from_numpy(PyObject *module, PyObject *args, PyObject *kwargs);
 PyObject *aipc_py_view_at(PyObject *module, PyObject *args, PyObject *kwargs);
+PyObject *aipc_py_wrap(PyObject *module, PyObject *args, PyObject *kwargs);
+PyObject *aipc_py_subview(PyObject *module, PyObject *args, PyObject *kwargs);
 PyObject *aipc_py_live_allocations(PyObject *module, PyObject *unused);
 
 /* DLPack (dlpack.c). */

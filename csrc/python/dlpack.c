@@ -90,7 +90,8 @@ PyObject *aipc_py_array_dlpack(PyObject *self_obj, PyObject *args, PyObject *kwa
   static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
   aipc_py_array *self = (aipc_py_array *)self_obj;
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(self_obj));
-  PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+  /* NULL: not passed (told apart from an explicit None below). */
+  PyObject *stream = NULL, *max_version = NULL, *dl_device = NULL, *copy = NULL;
 
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOO:__dlpack__", kwlist, &stream, &max_version,
                                    &dl_device, &copy)) {
@@ -101,6 +102,25 @@ PyObject *aipc_py_array_dlpack(PyObject *self_obj, PyObject *args, PyObject *kwa
 
   int dev_type, dev_id;
   dl_device_of(st, self, &dev_type, &dev_id);
+
+  /* numpy.from_dlpack (2.x) calls __dlpack__(dl_device=None, copy=..., max_version=...)
+   * without a stream, takes the capsule, and then refuses any device but the
+   * CPU with a RuntimeError. NPU memory is refused here instead, with a
+   * BufferError that says what to do. Consumers that take NPU memory
+   * (torch with torch_npu) leave dl_device out or name the device. */
+  if (dev_type == AIPC_DL_EXT_DEV && dl_device == Py_None && stream == NULL) {
+    PyErr_Format(PyExc_BufferError,
+                 "__dlpack__: the array is NPU device memory (DLPack device (%d, %d), kDLExtDev), which the "
+                 "CPU cannot address, and the consumer asked for no device in particular (dl_device=None, as "
+                 "numpy.from_dlpack does; numpy takes CPU memory only). Use DeviceArray.numpy() for a host "
+                 "copy, or torch.from_dlpack with torch_npu for an NPU tensor",
+                 dev_type, dev_id);
+    return NULL;
+  }
+  if (stream == NULL) stream = Py_None;
+  if (max_version == NULL) max_version = Py_None;
+  if (dl_device == NULL) dl_device = Py_None;
+  if (copy == NULL) copy = Py_None;
 
   /* stream: this memory has no stream semantics the consumer could ask us to
    * order against (copies of the emulator are synchronous); None, or -1
@@ -124,6 +144,14 @@ PyObject *aipc_py_array_dlpack(PyObject *self_obj, PyObject *args, PyObject *kwa
   if (dl_device != Py_None) {
     long type, id;
     if (parse_int_pair(dl_device, "dl_device", &type, &id) < 0) return NULL;
+    if (type != dev_type && dev_type == AIPC_DL_EXT_DEV && (type == AIPC_DL_CPU || type == AIPC_DL_CUDA_HOST)) {
+      PyErr_Format(PyExc_BufferError,
+                   "__dlpack__: the array is NPU device memory (DLPack device (%d, %d), kDLExtDev), which the "
+                   "CPU cannot address; a host consumer such as numpy cannot share it. Use "
+                   "DeviceArray.numpy() for a host copy, or torch_npu (torch.from_dlpack) for an NPU tensor",
+                   dev_type, dev_id);
+      return NULL;
+    }
     if (type != dev_type || id != dev_id) {
       PyErr_Format(PyExc_BufferError,
                    "__dlpack__: the array is on DLPack device (%d, %d) and cannot be exported to "

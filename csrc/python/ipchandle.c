@@ -224,18 +224,19 @@ fail:
 }
 
 PyObject *aipc_py_export(PyObject *module, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"array", "pids", "link", "torch_dtype", NULL};
+  static char *kwlist[] = {"array", "pids", "link", "torch_dtype", "keepalive", NULL};
   aipc_py_state *st = aipc_py_state_of_module(module);
   const aipc_provider *p = st->provider;
   PyObject *array_obj, *pids_obj = Py_None, *link_obj = Py_None, *torch_dtype = Py_None, *result = NULL;
+  PyObject *keepalive = Py_None;
   int32_t *pids = NULL;
   Py_ssize_t npids = 0;
   int link;
   char key[AIPC_PY_KEY_LEN];
   aipc_py_allocation *alloc = NULL;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO$O:export", kwlist, &array_obj, &pids_obj, &link_obj,
-                                   &torch_dtype)) {
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO$OO:export", kwlist, &array_obj, &pids_obj, &link_obj,
+                                   &torch_dtype, &keepalive)) {
     return NULL;
   }
   if (Py_TYPE(array_obj) != st->array_type) {
@@ -292,6 +293,7 @@ PyObject *aipc_py_export(PyObject *module, PyObject *args, PyObject *kwargs) {
   }
   result = handle_build(st, key, alloc, a->dtype, torch_dtype == Py_None ? NULL : torch_dtype, a->ndim, a->shape,
                         a->strides, a->offset, (Py_ssize_t)alloc->size, alloc->device, aipc_py_pid());
+  if (result != NULL && keepalive != Py_None) ((aipc_py_handle *)result)->keepalive = Py_NewRef(keepalive);
 done:
   Py_XDECREF(alloc);
   PyMem_Free(pids);
@@ -399,6 +401,7 @@ static PyObject *handle_close(PyObject *op, PyObject *unused) {
   }
   SELF->closed = 1;
   Py_CLEAR(SELF->alloc); /* may give the memory back if nothing else uses it */
+  Py_CLEAR(SELF->keepalive);
   Py_RETURN_NONE;
 }
 
@@ -584,13 +587,15 @@ static PyMethodDef handle_methods[] = {
 static int handle_traverse(PyObject *op, visitproc visit, void *arg) {
   Py_VISIT(Py_TYPE(op));
   Py_VISIT(SELF->alloc);
+  Py_VISIT(SELF->keepalive);
   Py_VISIT(SELF->dtype);
   Py_VISIT(SELF->torch_dtype);
   return 0;
 }
 
 static int handle_clear(PyObject *op) {
-  Py_CLEAR(SELF->alloc);
+  Py_CLEAR(SELF->alloc); /* first: ends the export (if last) before the keepalive object can go */
+  Py_CLEAR(SELF->keepalive);
   Py_CLEAR(SELF->torch_dtype);
   return 0;
 }

@@ -22,6 +22,7 @@ typedef struct aipc_py_handle {
   PyObject_HEAD
   char key[AIPC_PY_KEY_LEN];
   aipc_py_allocation *alloc; /* exporter side only, else NULL */
+  PyObject *keepalive;       /* exporter side: export(keepalive=...), kept until close(); or NULL */
   PyArray_Descr *dtype;
   PyObject *torch_dtype; /* str (e.g. "bfloat16") or NULL */
   int ndim;
@@ -37,7 +38,7 @@ typedef struct aipc_py_handle {
 
 int aipc_py_handle_init_type(PyObject *module, aipc_py_state *st);
 
-/* export(array, pids=None, link=None, *, torch_dtype=None) -> IpcHandle */
+/* export(array, pids=None, link=None, *, torch_dtype=None, keepalive=None) -> IpcHandle */
 PyObject *aipc_py_export(PyObject *module, PyObject *args, PyObject *kwargs);
 
 #endif

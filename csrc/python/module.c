@@ -5,7 +5,10 @@
 #define AIPC_PY_DEFINE_NUMPY_API
 #include "module.h"
 
+#include <string.h>
+
 #include "allocation.h"
+#include "cann/cann_provider.h"
 #include "devicearray.h"
 #include "ipchandle.h"
 
@@ -61,6 +64,48 @@ static aipc_py_state *state(PyObject *module) { return aipc_py_state_of_module(m
 
 static PyObject *fn_provider(PyObject *module, PyObject *unused) {
   return PyUnicode_FromString(state(module)->provider->name);
+}
+
+static int dict_set_steal(PyObject *d, const char *key, PyObject *value) {
+  if (value == NULL) return -1;
+  int rc = PyDict_SetItemString(d, key, value);
+  Py_DECREF(value);
+  return rc;
+}
+
+static PyObject *str_or_none(const char *s) {
+  if (s == NULL) Py_RETURN_NONE;
+  return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+}
+
+static PyObject *fn_provider_info(PyObject *module, PyObject *unused) {
+  const aipc_provider *p = state(module)->provider;
+  const aipc_cann_info *ci = strcmp(p->name, "cann") == 0 ? aipc__cann_info() : NULL;
+  PyObject *d = PyDict_New(), *missing = NULL;
+  if (d == NULL) return NULL;
+  if (dict_set_steal(d, "name", PyUnicode_FromString(p->name)) < 0 ||
+      dict_set_steal(d, "library", str_or_none(p->library_path)) < 0 ||
+      dict_set_steal(d, "version", str_or_none(ci != NULL ? ci->version : NULL)) < 0 ||
+      dict_set_steal(d, "version_source", str_or_none(ci != NULL ? ci->version_source : NULL)) < 0 ||
+      dict_set_steal(d, "dlpack_device_type", PyLong_FromLong(p->dlpack_device_type)) < 0 ||
+      dict_set_steal(d, "host_visible", PyBool_FromLong(p->host_visible)) < 0 ||
+      dict_set_steal(d, "selection", str_or_none(aipc_py_selection_note())) < 0) {
+    goto fail;
+  }
+  missing = PyDict_New();
+  if (missing == NULL) goto fail;
+  for (size_t i = 0; ci != NULL && i < ci->n_missing; i++) {
+    if (dict_set_steal(missing, ci->missing[i], PyUnicode_FromString(ci->missing_since[i])) < 0) goto fail;
+  }
+  if (dict_set_steal(d, "unsupported", missing) < 0) {
+    missing = NULL;
+    goto fail;
+  }
+  return d;
+fail:
+  Py_XDECREF(missing);
+  Py_DECREF(d);
+  return NULL;
 }
 
 static PyObject *fn_device_count(PyObject *module, PyObject *unused) {
@@ -145,6 +190,11 @@ static PyObject *fn_mem_info(PyObject *module, PyObject *args, PyObject *kwargs)
 static PyMethodDef module_methods[] = {
     {"provider", fn_provider, METH_NOARGS,
      "provider() -> str\n\nName of the runtime in use: 'emulated' or 'cann'."},
+    {"provider_info", fn_provider_info, METH_NOARGS,
+     "provider_info() -> dict\n\nThe runtime in use: name, library (path of libascendcl, None for the\n"
+     "emulator), version (as the library reports it), version_source, dlpack_device_type\n"
+     "(1 kDLCPU or 12 kDLExtDev), host_visible, unsupported ({call: CANN version that\n"
+     "has it} for calls the loaded library lacks) and selection (why this provider)."},
     {"device_count", fn_device_count, METH_NOARGS, "device_count() -> int (aclrtGetDeviceCount)"},
     {"set_device", fn_set_device, METH_O,
      "set_device(device)\n\nMakes device the calling thread's current device (aclrtSetDevice)."},
@@ -164,11 +214,24 @@ static PyMethodDef module_methods[] = {
      "from_numpy(array, device=None) -> DeviceArray\n\n"
      "A C-contiguous device copy of a numpy array (host-to-device aclrtMemcpy)."},
     {"export", (PyCFunction)(void (*)(void))aipc_py_export, METH_VARARGS | METH_KEYWORDS,
-     "export(array, pids=None, link=None, *, torch_dtype=None) -> IpcHandle\n\n"
+     "export(array, pids=None, link=None, *, torch_dtype=None, keepalive=None) -> IpcHandle\n\n"
      "Exports the allocation behind array for IPC (aclrtIpcMemGetExportKey).\n"
      "pids=None: any process of this user may import (DISABLE_PID_VALIDATION);\n"
      "a sequence: only those processes (aclrtIpcMemSetImportPid; [] = nobody yet).\n"
-     "link: None, 'sio', 'hccs', 'ub_one_port', 'ub_multi_port' (ACCESS_LINK)."},
+     "link: None, 'sio', 'hccs', 'ub_one_port', 'ub_multi_port' (ACCESS_LINK).\n"
+     "keepalive: an object the returned handle keeps alive until it is closed or\n"
+     "collected (e.g. the owner of wrap()ped memory)."},
+    {"wrap", (PyCFunction)(void (*)(void))aipc_py_wrap, METH_VARARGS | METH_KEYWORDS,
+     "wrap(address, size, device=None) -> DeviceArray\n\n"
+     "A uint8 DeviceArray over device memory this process got elsewhere (another\n"
+     "library's aclrtMalloc, torch_npu's allocator), so it can be exported. address\n"
+     "and size must be page-aligned and lie in one allocation of the runtime; the\n"
+     "memory is never freed by ascend_ipc and must outlive the array, its views and\n"
+     "its handles (see export(keepalive=...)). Wrapping the same range twice\n"
+     "shares one record (and one pids=None export)."},
+    {"_subview", (PyCFunction)(void (*)(void))aipc_py_subview, METH_VARARGS | METH_KEYWORDS,
+     "_subview(array, offset, shape, strides, dtype) -> DeviceArray\n\n"
+     "Another view of array's allocation, offset bytes from its base (internal)."},
     {"_view_at", (PyCFunction)(void (*)(void))aipc_py_view_at, METH_VARARGS | METH_KEYWORDS,
      "_view_at(address, shape, strides, dtype) -> DeviceArray | None\n\n"
      "The live device memory of this process holding that view (internal)."},

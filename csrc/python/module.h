@@ -101,6 +101,9 @@ void aipc_py_warn_leak(aipc_py_state *st, const char *what, const aipc_py_failur
 /* The provider that ASCEND_IPC_PROVIDER asks for; NULL with ImportError set. */
 const aipc_provider *aipc_py_select_provider(void);
 
+/* Why the last selection chose what it chose (for provider_info()); never NULL. */
+const char *aipc_py_selection_note(void);
+
 /* ---- the current device around a call (module.c) -----------------------
  * Per-thread state of the runtime; both run without the GIL. */
 

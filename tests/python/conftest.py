@@ -22,7 +22,12 @@ import traceback
 
 import pytest
 
-import aipc_workers
+# The suite tests the emulator unless told otherwise: on a machine with CANN, `auto` would
+# pick the real runtime. test_cann_provider.py and test_hardware.py choose their provider
+# explicitly, in subprocesses.
+os.environ.setdefault("ASCEND_IPC_PROVIDER", "emulated")
+
+import aipc_workers  # noqa: E402  (imports ascend_ipc, which selects the provider)
 
 DEFAULT_TIMEOUT = float(os.environ.get("ASCEND_IPC_TEST_TIMEOUT", "600"))
 START_METHODS = ("spawn", "fork", "forkserver")

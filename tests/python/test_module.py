@@ -113,22 +113,28 @@ def test_torch_submodule_is_lazy_attribute(python):
     assert out.split() == ["ascend_ipc.torch", "True"]
 
 
+# No CANN library at this path: `cann` cannot load, `auto` falls back to the emulator
+# (whatever CANN the machine has; test_cann_provider.py covers the cann provider).
+_NO_CANN = {"ASCEND_IPC_CANN_LIB": "/nonexistent/libascendcl.so"}
+
+
 @pytest.mark.parametrize(
     "value, message",
     [
-        ("cann", "cann provider not available in this build"),
+        ("cann", "ASCEND_IPC_PROVIDER=cann: could not load the CANN runtime"),
         ("bogus", "must be 'auto', 'emulated' or 'cann'"),
     ],
 )
 def test_provider_env_errors(python, value, message):
-    rc, out, err = python("import ascend_ipc", env={"ASCEND_IPC_PROVIDER": value})
+    rc, out, err = python("import ascend_ipc", env={"ASCEND_IPC_PROVIDER": value, **_NO_CANN})
     assert rc != 0
     assert "ImportError" in err and message in err
 
 
 @pytest.mark.parametrize("value", ["auto", "emulated", ""])
 def test_provider_env_ok(python, value):
-    rc, out, err = python("import ascend_ipc; print(ascend_ipc.provider())", env={"ASCEND_IPC_PROVIDER": value})
+    rc, out, err = python("import ascend_ipc; print(ascend_ipc.provider())",
+                          env={"ASCEND_IPC_PROVIDER": value, **_NO_CANN})
     assert rc == 0, err
     assert out.strip() == "emulated"
 
