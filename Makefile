@@ -39,7 +39,7 @@ EXAMPLES = $(patsubst examples/c/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
 RPATH = -Wl,-rpath,'$$ORIGIN/..'
 
-.PHONY: all lib test test-c test-py test-py-asan demo demo-c bench bench-c valgrind clean venv
+.PHONY: all lib test test-c test-py test-py-asan demo demo-c bench bench-c test-hw valgrind clean venv
 
 all: lib
 
@@ -92,7 +92,7 @@ $(VENV)/.installed: $(PY_SRCS)
 
 venv: $(VENV)/.installed
 
-test-py: $(VENV)/.installed
+test-py: $(VENV)/.installed lib
 	$(VPY) -m pytest -q tests/python
 
 # The extension and C core built with ASan+UBSan, under pytest.
@@ -105,13 +105,17 @@ $(ASAN_VENV)/.installed: $(PY_SRCS)
 	ASCEND_IPC_SANITIZE=1 $(ASAN_VENV)/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps .
 	touch $@
 
-test-py-asan: $(ASAN_VENV)/.installed
+test-py-asan: $(ASAN_VENV)/.installed lib
 	cd tests && LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	  ASCEND_IPC_EXPECT_SANITIZED=1 PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ../$(ASAN_VENV)/bin/python -m pytest -q -p no:cacheprovider python
 
 test: test-c test-py
+
+# Checks that need real NPUs and the CANN toolkit (skipped elsewhere).
+test-hw: $(VENV)/.installed lib
+	ASCEND_IPC_HARDWARE=1 $(VPY) -m pytest -ra tests/python/test_hardware.py
 
 # Figures against the alternatives; writes docs/benchmarks.md and docs/img/.
 bench: $(VENV)/.installed bench-c

@@ -38,7 +38,7 @@ _Static_assert(sizeof(any_fn) == sizeof(void *), "function and data pointers dif
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static aipc_provider table;
 static const aipc_provider *loaded; /* &table after a successful load */
-static char load_error[ERR_MAX];
+static char load_error[ERR_MAX + 512]; /* the paths tried, and advice */
 static void *lib;
 static char lib_path[PATH_MAX];
 
@@ -378,7 +378,7 @@ static void do_load(void) {
     if (fill_table(h, why, sizeof why) < 0) {
       appendf(tried, sizeof tried, "\n  %s: loaded, but it does not export%s (is it libascendcl?)", candidates[i],
               why);
-      dlclose(h); /* nothing of it ran */
+      dlclose(h); /* not a runtime: none of its calls were made */
       continue;
     }
     lib = h;
@@ -470,14 +470,19 @@ static void do_version(void) {
   snprintf(version, sizeof version, "unknown");
 }
 
+static void do_version_once(void) {
+  do_version();
+  info.version = version;
+  info.version_source = version_source;
+}
+
 static const char *cann_version(void) {
-  pthread_once(&version_once, do_version);
+  pthread_once(&version_once, do_version_once);
   return version;
 }
 
 const aipc_cann_info *aipc__cann_info(void) {
   if (loaded == NULL) return NULL;
-  info.version = cann_version();
-  info.version_source = version_source;
+  (void)cann_version(); /* fills info.version once */
   return &info;
 }

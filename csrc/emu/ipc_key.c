@@ -9,15 +9,22 @@
 
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
-/* Value of a base64url character, or -1. */
-static int b64_value(unsigned char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '-') return 62;
-  if (c == '_') return 63;
-  return -1;
-}
+/* Value of each byte as a base64url character, or -1 (a table: parsing is
+ * on every import and close). */
+static const int8_t b64_table[256] = {
+#define X16 -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1
+    X16, X16,
+    /* 0x20 */ -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 62, -1, -1,
+    /* 0x30 */ 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, -1, -1, -1, -1, -1, -1,
+    /* 0x40 */ -1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+    /* 0x50 */ 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, -1, -1, -1, -1, 63,
+    /* 0x60 */ -1, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40,
+    /* 0x70 */ 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, -1, -1, -1, -1, -1,
+    X16, X16, X16, X16, X16, X16, X16, X16,
+#undef X16
+};
+
+static int b64_value(unsigned char c) { return b64_table[c]; }
 
 static void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -80,13 +87,9 @@ aclError aipc__key_parse(const char *call, const char *key, aipc__key *out) {
   uint8_t r[AIPC_KEY_RECORD_LEN];
   size_t j = 0;
   int v[4];
-  for (size_t i = 0; i < AIPC_KEY_CHARS - AIPC_KEY_PREFIX_LEN; i++) {
-    if (b64_value(s[i]) < 0)
-      return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key has an invalid character at position %zu", call,
-                        i + AIPC_KEY_PREFIX_LEN);
-  }
   for (size_t i = 0; i + 4 <= 52; i += 4) {
     for (int q = 0; q < 4; q++) v[q] = b64_value(s[i + q]);
+    if ((v[0] | v[1] | v[2] | v[3]) < 0) break;
     uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
     r[j++] = (uint8_t)(w >> 16);
     r[j++] = (uint8_t)(w >> 8);
@@ -94,6 +97,12 @@ aclError aipc__key_parse(const char *call, const char *key, aipc__key *out) {
   }
   v[0] = b64_value(s[52]);
   v[1] = b64_value(s[53]);
+  if (j != 39 || v[0] < 0 || v[1] < 0) {
+    for (size_t i = 0; i < AIPC_KEY_CHARS - AIPC_KEY_PREFIX_LEN; i++)
+      if (b64_value(s[i]) < 0)
+        return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key has an invalid character at position %zu", call,
+                          i + AIPC_KEY_PREFIX_LEN);
+  }
   if (v[1] & 15)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is not canonically encoded (last character)", call);
   r[j] = (uint8_t)(v[0] << 2 | v[1] >> 4);

@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +59,7 @@ static void export_free(aipc__export *e) {
 
 static void closing_unlink(aipc__export *e) {
   if (!e->closing) return;
-  if (e->cprev) e->cprev->cnext = e->cnext; else g.closing = e->cnext;
+  if (e->cprev) e->cprev->cnext = e->cnext; else __atomic_store_n(&g.closing, e->cnext, __ATOMIC_RELAXED);
   if (e->cnext) e->cnext->cprev = e->cprev;
   e->cprev = e->cnext = NULL;
   e->closing = false;
@@ -465,7 +466,7 @@ void aipc__export_closing(aipc__export *e) {
   e->cnext = g.closing;
   if (g.closing) g.closing->cprev = e;
   bool first = g.closing == NULL;
-  g.closing = e;
+  __atomic_store_n(&g.closing, e, __ATOMIC_RELAXED);
   if (first && g.wake_fd >= 0) { /* the server starts sweeping */
     uint64_t one = 1;
     ssize_t w = write(g.wake_fd, &one, sizeof one);
@@ -551,14 +552,17 @@ static void resume_listen(void) {
 }
 
 static void *server_main(void *arg) {
-  (void)arg;
+  /* Running: from here on this thread allocates only under g.lock, which a
+   * fork's prepare handler holds, so a forked child never inherits an
+   * allocator lock held by it (glibc's malloc handles that itself; the
+   * sanitizers' allocators do not). */
+  sem_post((sem_t *)arg);
   struct epoll_event evs[64];
   for (;;) {
     /* listen_paused is written only by this thread while it runs. */
+    /* g.closing only changes under g.lock, and its first entry wakes us. */
     int timeout = g.listen_paused ? 50 : -1;
-    pthread_mutex_lock(&g.lock);
-    if (g.closing) timeout = SWEEP_MS;
-    pthread_mutex_unlock(&g.lock);
+    if (__atomic_load_n(&g.closing, __ATOMIC_RELAXED)) timeout = SWEEP_MS;
     int n = epoll_wait(g.epoll_fd, evs, 64, timeout);
     pthread_mutex_lock(&g.lock);
     if (g.stop) {
@@ -628,13 +632,19 @@ aclError aipc__server_start(const char *call) {
   pthread_sigmask(SIG_SETMASK, &all, &old);
   g.stop = false;
   g.listen_paused = false;
-  int rc = pthread_create(&g.thread, NULL, server_main, NULL);
+  sem_t started;
+  sem_init(&started, 0, 0);
+  int rc = pthread_create(&g.thread, NULL, server_main, &started);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
+    sem_destroy(&started);
     errno = rc;
     what = "pthread_create";
     goto fail;
   }
+  while (sem_wait(&started) != 0 && errno == EINTR) {
+  }
+  sem_destroy(&started);
   g.server_running = true;
   return ACL_SUCCESS;
 fail:;

@@ -167,12 +167,12 @@ static int try_import_child(chan *c, void *arg) {
     const char *m = aclGetRecentErrMsg();
     char msg[512] = "";
     if (m) snprintf(msg, sizeof msg, "%s", m);
-    send_int(c->up[1], r);
-    th_write(c->up[1], msg, sizeof msg);
-    if (r == ACL_SUCCESS) {
+    if (r == ACL_SUCCESS) { /* write and close before answering: the parent checks */
       ((volatile char *)p)[0] = 42;
       CHECK_OK(aclrtIpcMemClose(key));
     }
+    send_int(c->up[1], r);
+    th_write(c->up[1], msg, sizeof msg);
   }
   CHECK_OK(aclFinalize());
   return 0;
