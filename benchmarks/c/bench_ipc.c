@@ -73,38 +73,10 @@ static void xread(int fd, void *b, size_t n) {
   }
 }
 
-/* ---- (a) the floor ------------------------------------------------------------- */
-
-static double bench_socket_rtt(int reps) {
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) exit(3);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(sv[0]);
-    char b[512];
-    for (;;) {
-      ssize_t r = recv(sv[1], b, sizeof b, 0);
-      if (r <= 0) _exit(0);
-      if (send(sv[1], b, (size_t)r, MSG_NOSIGNAL) != r) _exit(0);
-    }
-  }
-  close(sv[1]);
-  char msg[56] = {1}, rep[512];
-  double *t = malloc(sizeof(double) * (size_t)reps);
-  for (int i = -200; i < reps; i++) {
-    double t0 = now();
-    if (send(sv[0], msg, sizeof msg, 0) != (ssize_t)sizeof msg) exit(4);
-    if (recv(sv[0], rep, sizeof rep, 0) <= 0) exit(4);
-    if (i >= 0) t[i] = now() - t0;
-  }
-  close(sv[0]);
-  waitpid(pid, NULL, 0);
-  double m = median(t, reps);
-  free(t);
-  return m;
-}
-
-/* ---- (b) import + first touch + close ----------------------------------------- */
+/* ---- (a) and (b), interleaved ------------------------------------------------------
+ * Both peers stay alive throughout, and the measurements alternate in blocks,
+ * so drift in the machine's load (a shared VM) hits the floor and the imports
+ * alike. */
 
 #define NSIZES 4
 static const size_t sizes[NSIZES] = {4096, 1 << 20, 64 << 20, (size_t)1 << 30};
@@ -113,6 +85,7 @@ static const char *size_names[NSIZES] = {"4 KiB", "1 MiB", "64 MiB", "1 GiB"};
 static void exporter(int up, int down) {
   char keys[NSIZES][KEYLEN];
   void *p[NSIZES];
+  memset(keys, 0, sizeof keys);
   for (int i = 0; i < NSIZES; i++) {
     ACL(aclrtMalloc(&p[i], sizes[i], ACL_MEM_MALLOC_HUGE_FIRST));
     ((volatile char *)p[i])[0] = 1; /* the first page exists; the rest is never touched */
@@ -129,14 +102,30 @@ static void exporter(int up, int down) {
   ACL(aclFinalize());
 }
 
-static void bench_import(int reps, double out[NSIZES]) {
+static void bench_rtt_and_import(int reps, double *rtt_out, double imp_out[NSIZES]) {
+  /* the floor's peer: a process echoing on a socketpair */
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) exit(3);
+  fflush(stdout);
+  pid_t echo = fork();
+  if (echo == 0) {
+    close(sv[0]);
+    char b[512];
+    for (;;) {
+      ssize_t r = recv(sv[1], b, sizeof b, 0);
+      if (r <= 0) _exit(0);
+      if (send(sv[1], b, (size_t)r, MSG_NOSIGNAL) != r) _exit(0);
+    }
+  }
+  close(sv[1]);
+  /* the exporter */
   int up[2], down[2];
   if (pipe(up) || pipe(down)) exit(5);
-  fflush(stdout);
   pid_t pid = fork();
   if (pid == 0) {
     close(up[0]);
     close(down[1]);
+    close(sv[0]);
     exporter(up[1], down[0]);
     _exit(0);
   }
@@ -144,19 +133,41 @@ static void bench_import(int reps, double out[NSIZES]) {
   close(down[0]);
   char keys[NSIZES][KEYLEN];
   xread(up[0], keys, sizeof keys);
-  double *t = malloc(sizeof(double) * (size_t)reps);
-  for (int s = 0; s < NSIZES; s++) {
-    for (int i = -100; i < reps; i++) {
-      void *p = NULL;
+
+  enum { ROUNDS = 10 };
+  int block = reps / ROUNDS;
+  double *rt = malloc(sizeof(double) * (size_t)(block * ROUNDS * 2));
+  double *im[NSIZES];
+  for (int s = 0; s < NSIZES; s++) im[s] = malloc(sizeof(double) * (size_t)(block * ROUNDS));
+  char msg[56] = {1}, rep[512];
+  int nrt = 0, nim = 0;
+  for (int round = -1; round < ROUNDS; round++) { /* round -1 warms up */
+    for (int i = 0; i < 2 * block; i++) {
       double t0 = now();
-      ACL(aclrtIpcMemImportByKey(&p, keys[s], 0));
-      ((volatile char *)p)[0] += 1; /* first touch: a page fault on the shared page */
-      ACL(aclrtIpcMemClose(keys[s]));
-      if (i >= 0) t[i] = now() - t0;
+      if (send(sv[0], msg, sizeof msg, 0) != (ssize_t)sizeof msg) exit(4);
+      if (recv(sv[0], rep, sizeof rep, 0) <= 0) exit(4);
+      if (round >= 0) rt[nrt++] = now() - t0;
     }
-    out[s] = median(t, reps);
+    for (int s = 0; s < NSIZES; s++) {
+      for (int i = 0; i < block; i++) {
+        void *p = NULL;
+        double t0 = now();
+        ACL(aclrtIpcMemImportByKey(&p, keys[s], 0));
+        ((volatile char *)p)[0] += 1; /* first touch of the import */
+        ACL(aclrtIpcMemClose(keys[s]));
+        if (round >= 0) im[s][nim + i] = now() - t0;
+      }
+    }
+    if (round >= 0) nim += block;
   }
-  free(t);
+  *rtt_out = median(rt, nrt);
+  for (int s = 0; s < NSIZES; s++) {
+    imp_out[s] = median(im[s], nim);
+    free(im[s]);
+  }
+  free(rt);
+  close(sv[0]);
+  waitpid(echo, NULL, 0);
   xwrite(down[1], "x", 1);
   waitpid(pid, NULL, 0);
   close(up[0]);
@@ -216,9 +227,8 @@ int main(int argc, char **argv) {
   int reps = quick ? 300 : 3000;
   ACL(aclInit(NULL));
 
-  double rtt = bench_socket_rtt(reps * 2);
-  double imp[NSIZES];
-  bench_import(reps, imp);
+  double rtt, imp[NSIZES];
+  bench_rtt_and_import(reps, &rtt, imp);
   double eps = bench_export_close(quick ? 20000 : 200000);
   double acl_bw, mc_bw;
   size_t copy_bytes = (size_t)256 << 20;
@@ -226,7 +236,7 @@ int main(int argc, char **argv) {
   ACL(aclFinalize());
 
   int ok_b = 1;
-  printf("ascend_ipc C benchmark (median of %d reps where timed per op)\n\n", reps);
+  printf("ascend_ipc C benchmark: medians of %d timed reps per row, (a) and (b) interleaved\n\n", reps);
   printf("%-52s %12s %10s %8s\n", "measure", "value", "target", "ok");
   printf("%-52s %9.2f us %10s %8s\n", "(a) bare Unix SEQPACKET round trip (2 processes)", rtt * 1e6, "floor", "");
   for (int s = 0; s < NSIZES; s++) {
