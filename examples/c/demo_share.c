@@ -171,6 +171,7 @@ int main(int argc, char **argv) {
     printf("%-8d %-8d %-7d %12.1f %12.2f %10.1f\n", i, (int)r.pid, (int)r.device, r.import_us, r.fill_ms,
            r.close_us);
   }
+  printf("(a worker's first import includes connecting to the exporter and receiving its memory's fd)\n");
   int failed = 0;
   for (int i = 0; i < nworkers; i++) {
     int st;

@@ -203,6 +203,41 @@ static inline void proc_snap_expect(const proc_snap *start, int pid, double wait
   }
 }
 
+/* Fails unless every descriptor and memfd mapping of *start is still there,
+ * unchanged (a connection replaced by another shows as a changed socket),
+ * with at most extra_fds descriptors and extra_memfd memfd mappings more. */
+static inline void proc_snap_expect_kept(const proc_snap *start, int pid, double wait_s, int extra_fds,
+                                         int extra_memfd, const char *who) {
+  double t0 = now_s();
+  for (;;) {
+    proc_snap now;
+    proc_snap_take(&now, pid);
+    int missing = 0, j = 0;
+    for (int i = 0; i < start->n_fds; i++) {
+      while (j < now.n_fds && now.fd[j] < start->fd[i]) j++;
+      if (j >= now.n_fds || now.fd[j] != start->fd[i] || strcmp(now.fd_target[j], start->fd_target[i])) missing++;
+    }
+    j = 0;
+    for (int i = 0; i < start->n_memfd; i++) {
+      while (j < now.n_memfd && strcmp(now.memfd[j], start->memfd[i]) < 0) j++;
+      if (j >= now.n_memfd || strcmp(now.memfd[j], start->memfd[i])) missing++; else j++;
+    }
+    int ok = !missing && now.n_fds <= start->n_fds + extra_fds && now.n_memfd <= start->n_memfd + extra_memfd;
+    if (ok) {
+      proc_snap_free(&now);
+      return;
+    }
+    if (now_s() - t0 > wait_s) {
+      int d = proc_snap_diff(start, &now, who);
+      proc_snap_free(&now);
+      th_fail(__FILE__, __LINE__, "%s: %d of its descriptors / mappings gone or changed, %d difference(s) in all", who,
+              missing, d);
+    }
+    proc_snap_free(&now);
+    usleep(5000);
+  }
+}
+
 /* Descriptors that are memfds whose name starts with prefix. */
 static inline int proc_snap_count_fds(const proc_snap *s, const char *prefix) {
   int n = 0;

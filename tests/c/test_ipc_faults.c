@@ -374,6 +374,7 @@ static int hostile_child(chan *c, void *arg) {
   /* a key holder speaking the protocol by hand: replayed imports count, replayed
    * releases beyond what it holds get it disconnected (and its references dropped) */
   fd = connect_to(key);
+  int ledger_fd = -1;
   for (int i = 0; i < 3; i++) {
     n = msg_import(b, &k, (uint64_t)(100 + i));
     CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
@@ -394,12 +395,23 @@ static int hostile_child(chan *c, void *arg) {
     int32_t status;
     memcpy(&status, rep + 24, 4);
     CHECK_EQ(status, 0);
+    uint32_t rflags;
+    memcpy(&rflags, rep + 28, 4);
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-      int f;
-      memcpy(&f, CMSG_DATA(cm), sizeof f);
-      close(f);
+      int nf = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      for (int j = 0; j < nf; j++) {
+        int f;
+        memcpy(&f, CMSG_DATA(cm) + (size_t)j * sizeof(int), sizeof f);
+        if (j == nf - 1 && (rflags & 2)) ledger_fd = f; /* the ledger comes last */
+        else close(f);
+      }
     }
   }
+  /* the first grant on a connection carried its release ledger: a sealed
+   * memfd the importer can write counts into but not resize */
+  CHECK(ledger_fd >= 0);
+  CHECK(ftruncate(ledger_fd, 4096) != 0);    /* cannot shrink it under the exporter */
+  CHECK(ftruncate(ledger_fd, 1 << 20) != 0); /* nor grow it */
   send_int(c->up[1], 3); /* the exporter now sees references from us */
   CHECK_EQ(recv_int(c->down[0]), 4);
   n = msg_release(b, k.id, 2, 200);
@@ -407,6 +419,51 @@ static int hostile_child(chan *c, void *arg) {
   n = msg_release(b, k.id, 2, 201); /* only 1 left */
   CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
   CHECK(closed_by_server(fd));
+  close(fd);
+  close(ledger_fd);
+  good_import(key);
+
+  /* a ledger count larger than what the connection holds: disconnected at
+   * the exporter's next look (here: its next IMPORT on that connection) */
+  fd = connect_to(key);
+  {
+    n = msg_import(b, &k, 300);
+    CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
+    uint8_t rep[1024];
+    union {
+      char buf[CMSG_SPACE(sizeof(int) * 4)];
+      struct cmsghdr a;
+    } ctl;
+    struct iovec iov = {rep, sizeof rep};
+    struct msghdr mh;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = sizeof ctl.buf;
+    CHECK(recvmsg(fd, &mh, 0) >= 64);
+    uint32_t rflags, slot;
+    memcpy(&rflags, rep + 28, 4);
+    memcpy(&slot, rep + 60, 4);
+    CHECK(rflags & 2);
+    int lf = -1;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    int nf = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int j = 0; j < nf; j++) {
+      int f;
+      memcpy(&f, CMSG_DATA(cm) + (size_t)j * sizeof(int), sizeof f);
+      if (j == nf - 1) lf = f; else close(f);
+    }
+    uint32_t *ledger = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, lf, 0);
+    CHECK(ledger != MAP_FAILED);
+    CHECK(slot < 16384);
+    ledger[slot] = 1000; /* holds 1 */
+    n = msg_import(b, &k, 301);
+    CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
+    CHECK(closed_by_server(fd));
+    munmap(ledger, 65536);
+    close(lf);
+  }
   close(fd);
   good_import(key);
 

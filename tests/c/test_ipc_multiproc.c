@@ -719,3 +719,53 @@ TEST(dead_exporter_not_kept_reachable_by_its_fork_child) {
   chan_close(&c);
   CHECK_OK(aclFinalize());
 }
+
+/* ---- overlapping exports ---------------------------------------------------------- */
+
+static int overlap_child(chan *c, void *arg) {
+  (void)arg;
+  char k1[KEYLEN] = {0}, k2[KEYLEN] = {0};
+  from_parent(c, k1, KEYLEN);
+  from_parent(c, k2, KEYLEN);
+  char *a = NULL, *b = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey((void **)&a, k1, 0)); /* pages 0-1 of the block */
+  CHECK_OK(aclrtIpcMemImportByKey((void **)&b, k2, 0)); /* pages 1-2: overlaps the first */
+  /* two imports, two registered ranges that must not collide */
+  CHECK(b + 2 * PAGE <= a || a + 2 * PAGE <= b);
+  CHECK_EQ(a[PAGE], 11);
+  CHECK_EQ(b[0], 11);
+  a[PAGE + 1] = 22; /* the same byte, seen through the other import */
+  CHECK_EQ(((volatile char *)b)[1], 22);
+  void *host = NULL;
+  CHECK_OK(aclrtMallocHost(&host, 2 * PAGE));
+  CHECK_OK(aclrtMemcpy(host, 2 * PAGE, b, 2 * PAGE, ACL_MEMCPY_DEVICE_TO_HOST));
+  CHECK_EQ(((char *)host)[1], 22);
+  CHECK_OK(aclrtIpcMemClose(k1));
+  CHECK_EQ(((volatile char *)b)[0], 11); /* the other one is unaffected */
+  CHECK_OK(aclrtIpcMemClose(k2));
+  CHECK_OK(aclrtFreeHost(host));
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+TEST(overlapping_exports_imported_together) {
+  setenv("ASCEND_IPC_STRICT", "1", 1);
+  char k1[KEYLEN] = {0}, k2[KEYLEN] = {0};
+  char *p = dmalloc(4 * PAGE);
+  memset(p, 0, 4 * PAGE);
+  p[PAGE] = 11;
+  CHECK_OK(aclrtIpcMemGetExportKey(p, 2 * PAGE, k1, KEYLEN, EXPORT_ANY));
+  CHECK_OK(aclrtIpcMemGetExportKey(p + PAGE, 2 * PAGE, k2, KEYLEN, EXPORT_ANY));
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, overlap_child, NULL);
+  to_child(&c, k1, KEYLEN);
+  to_child(&c, k2, KEYLEN);
+  CHECK_EQ(th_wait(pid), 0);
+  chan_close(&c);
+  CHECK_EQ(p[PAGE + 1], 22);
+  CHECK_OK(aclrtIpcMemClose(k1)); /* strict: both released */
+  CHECK_OK(aclrtIpcMemClose(k2));
+  CHECK_OK(aclrtFree(p));
+  CHECK_OK(aclFinalize());
+}

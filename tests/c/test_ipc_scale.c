@@ -258,3 +258,51 @@ TEST(many_exporters_one_importer_bounded_fds) {
   CHECK_OK(aclFinalize());
   CHECK(fd_count() <= fds0);
 }
+
+/* ---- more live imports on one connection than the release ledger has slots --------- */
+
+#define OVER_SLOTS 16500 /* the ledger has 16384 */
+
+static int many_exporter(chan *c, void *arg) {
+  (void)arg;
+  setenv("ASCEND_IPC_STRICT", "1", 1);
+  char(*keys)[KEYLEN] = calloc(OVER_SLOTS, KEYLEN);
+  char *blk = dmalloc((size_t)OVER_SLOTS * PAGE);
+  for (int i = 0; i < OVER_SLOTS; i++) {
+    ((uint32_t *)(blk + (size_t)i * PAGE))[0] = (uint32_t)i;
+    CHECK_OK(aclrtIpcMemGetExportKey(blk + (size_t)i * PAGE, PAGE, keys[i], KEYLEN, EXPORT_ANY));
+  }
+  th_write(c->up[1], keys, (size_t)OVER_SLOTS * KEYLEN);
+  CHECK_EQ(recv_int(c->down[0]), 1);
+  for (int i = 0; i < OVER_SLOTS; i++) CHECK_OK(aclrtIpcMemClose(keys[i])); /* strict */
+  CHECK_OK(aclrtFree(blk));
+  free(keys);
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+TEST(more_imports_than_ledger_slots) {
+  if (under_valgrind()) {
+    printf("  (skipped under valgrind: 16,500 round trips)\n");
+    return;
+  }
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, many_exporter, NULL);
+  char(*keys)[KEYLEN] = calloc(OVER_SLOTS, KEYLEN);
+  th_read(c.up[0], keys, (size_t)OVER_SLOTS * KEYLEN);
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < OVER_SLOTS; i++) {
+      void *p = NULL;
+      CHECK_OK(aclrtIpcMemImportByKey(&p, keys[i], 0));
+      CHECK_EQ(((uint32_t *)p)[0], (uint32_t)i);
+    }
+    /* the last ones released with RELEASE messages, the rest through the ledger */
+    for (int i = 0; i < OVER_SLOTS; i++) CHECK_OK(aclrtIpcMemClose(keys[i]));
+  }
+  send_int(c.down[1], 1);
+  CHECK_EQ(th_wait(pid), 0); /* every strict close succeeded: every release arrived */
+  chan_close(&c);
+  free(keys);
+  CHECK_OK(aclFinalize());
+}

@@ -1,0 +1,1437 @@
+/*
+ * Faults and hostile peers beyond test_ipc_faults.c (which covers a single
+ * kill -9 of an importer or exporter at rest, SIGSTOP with one importer,
+ * and one hostile client speaking to the exporter in turn):
+ *
+ *   - kill -9 of importers in the middle of their open/close loops;
+ *   - kill -9 of an exporter while several importers, on several devices,
+ *     hold mappings and one is in the middle of its loop;
+ *   - a stopped exporter stalls only the calls that need it;
+ *   - fork in the middle of a session with live exports, imports and
+ *     traffic on other threads;
+ *   - the descriptor limit (RLIMIT_NOFILE) reached, in importer and
+ *     exporter: a code and a message, then recovery;
+ *   - a hostile importer scribbling over its release ledger;
+ *   - hostile clients flooding the exporter with random, mutated,
+ *     truncated, oversized and replayed packets while a well-behaved
+ *     importer keeps working;
+ *   - a hostile exporter answering an importer with malformed replies.
+ *
+ * Each keeps to the promise in docs/reliability.md: a code and a message,
+ * never a crash or a hang; nothing lost; descriptors and mappings back to
+ * where they were.
+ */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "proc_util.h"
+
+static uint64_t xs(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return *s = x ? x : 0x9E3779B97F4A7C15ull;
+}
+
+static void set_timeout_ms(int ms) {
+  char t[16];
+  snprintf(t, sizeof t, "%d", ms);
+  setenv("ASCEND_IPC_TIMEOUT_MS", t, 1);
+}
+
+/* ---- the wire protocol by hand (docs/design-ipc.md) ------------------------------ */
+
+#define MAGIC 0x43504941u
+
+static unsigned sockaddr_of(struct sockaddr_un *sa, uint32_t pid, uint64_t nonce) {
+  memset(sa, 0, sizeof *sa);
+  sa->sun_family = AF_UNIX;
+  int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "ascend_ipc.%u.%016llx", pid,
+                   (unsigned long long)nonce);
+  return (unsigned)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* A raw connection to the exporter of key, or -1. */
+static int raw_connect(const char *key) {
+  key_rec k = key_decode(key);
+  struct sockaddr_un sa;
+  unsigned len = sockaddr_of(&sa, k.pid, k.nonce);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct timeval tv = {2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (connect(fd, (struct sockaddr *)&sa, len) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static void put_header(uint8_t *b, uint16_t type, uint32_t len, uint64_t req) {
+  uint32_t magic = MAGIC;
+  uint16_t ver = 1;
+  memcpy(b, &magic, 4);
+  memcpy(b + 4, &ver, 2);
+  memcpy(b + 6, &type, 2);
+  memcpy(b + 8, &len, 4);
+  memset(b + 12, 0, 4);
+  memcpy(b + 16, &req, 8);
+}
+
+static size_t pkt_import(uint8_t *b, const key_rec *k, uint64_t req) {
+  put_header(b, 1, 56, req);
+  memcpy(b + 24, &k->id, 8);
+  memcpy(b + 32, k->secret, 16);
+  memset(b + 48, 0, 8);
+  return 56;
+}
+
+static size_t pkt_release(uint8_t *b, uint64_t id, uint32_t count, uint64_t req) {
+  put_header(b, 3, 40, req);
+  memcpy(b + 24, &id, 8);
+  memcpy(b + 32, &count, 4);
+  memset(b + 36, 0, 4);
+  return 40;
+}
+
+/* Sends one packet, with descriptor fd attached when fd >= 0. Returns send's result. */
+static ssize_t raw_send(int sock, const void *b, size_t n, int fd) {
+  struct iovec iov = {(void *)b, n};
+  struct msghdr mh;
+  memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr a;
+  } ctl;
+  if (fd >= 0) {
+    memset(&ctl, 0, sizeof ctl);
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = sizeof ctl.buf;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+  }
+  return sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* Receives one packet into b (cap bytes); the descriptors that came with it
+ * go to fds (up to 4, *nfd of them; the rest are closed). Returns recvmsg's
+ * result. */
+static ssize_t raw_recv(int sock, uint8_t *b, size_t cap, int *fds, int *nfd, int flags) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * 8)];
+    struct cmsghdr a;
+  } ctl;
+  struct iovec iov = {b, cap};
+  struct msghdr mh;
+  memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = ctl.buf;
+  mh.msg_controllen = sizeof ctl.buf;
+  ssize_t r = recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
+  *nfd = 0;
+  if (r < 0) return r;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < k; i++) {
+      int f;
+      memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof f);
+      if (fds && *nfd < 4) fds[(*nfd)++] = f; else close(f);
+    }
+  }
+  return r;
+}
+
+/* 1 if the peer closed sock within wait_s (EOF or reset), 0 if not. Drains
+ * (and closes the descriptors of) whatever comes first. */
+static int peer_closed(int sock, double wait_s) {
+  double t0 = now_s();
+  while (now_s() - t0 < wait_s) {
+    struct pollfd p = {sock, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    uint8_t b[1024];
+    int fds[4], n;
+    ssize_t r = raw_recv(sock, b, sizeof b, fds, &n, MSG_DONTWAIT);
+    for (int i = 0; i < n; i++) close(fds[i]);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) return 1;
+  }
+  return 0;
+}
+
+/* ---- kill -9 of importers in the middle of their loops ---------------------------------- */
+
+#define K9_KEYS 16
+#define K9_SIZE (4 * PAGE)
+
+typedef struct k9_arg {
+  int index;
+  char (*keys)[KEYLEN];
+  char private_key[KEYLEN];
+} k9_arg;
+
+/* Loops until told to stop (or killed): random imports, holds, closes, and
+ * writes to its own page of each key. Holds its private key all along. */
+static int k9_importer(chan *c, void *argp) {
+  k9_arg *a = argp;
+  void *priv = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&priv, a->private_key, 0));
+  uint32_t gen[K9_KEYS] = {0};
+  int held[K9_KEYS] = {0};
+  uint64_t rs = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull;
+  int fl = fcntl(c->down[0], F_GETFL);
+  fcntl(c->down[0], F_SETFL, fl | O_NONBLOCK);
+  size_t mine = PAGE * (size_t)(1 + a->index);
+  for (long i = 0;; i++) {
+    if (i == 50) send_int(c->up[1], 1); /* well into the loop */
+    if (i % 16 == 0) {
+      int v;
+      if (read(c->down[0], &v, sizeof v) == (ssize_t)sizeof v) break;
+    }
+    uint64_t r = xs(&rs);
+    int k = (int)(r % K9_KEYS);
+    void *p = NULL;
+    if ((r >> 8) % 4 == 0 && held[k] < 3) {
+      CHECK_OK(aclrtIpcMemImportByKey(&p, a->keys[k], 0));
+      held[k]++;
+    } else if ((r >> 8) % 4 == 1 && held[k]) {
+      CHECK_OK(aclrtIpcMemClose(a->keys[k]));
+      held[k]--;
+    } else {
+      CHECK_OK(aclrtIpcMemImportByKey(&p, a->keys[k], 0));
+      uint8_t *q = p;
+      CHECK(check_pattern(q, PAGE, 100u + (uint32_t)k));
+      CHECK(check_pattern(q + mine, PAGE, (uint32_t)(a->index * 1000000) + gen[k]));
+      fill_pattern(q + mine, PAGE, (uint32_t)(a->index * 1000000) + ++gen[k]);
+      CHECK_OK(aclrtIpcMemClose(a->keys[k]));
+    }
+  }
+  fcntl(c->down[0], F_SETFL, fl);
+  for (int k = 0; k < K9_KEYS; k++)
+    while (held[k]--) CHECK_OK(aclrtIpcMemClose(a->keys[k]));
+  th_write(c->up[1], gen, sizeof gen);
+  CHECK_EQ(recv_int(c->down[0]), 3); /* hold the private import (and the connection) until told */
+  CHECK_OK(aclrtIpcMemClose(a->private_key));
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+TEST(kill9_importers_mid_loop_counts_recover) {
+  setenv("ASCEND_IPC_STRICT", "1", 1);
+  int rounds = under_valgrind() ? 2 : 8;
+  uint64_t rs = (uint64_t)getpid() * 77u + 1;
+  /* a warm-up, so that the count starts with the server thread's leftovers */
+  {
+    char key[KEYLEN];
+    void *p = export_new(PAGE, EXPORT_ANY, key);
+    CHECK_OK(aclrtIpcMemClose(key));
+    CHECK_OK(aclrtFree(p));
+  }
+  proc_snap start;
+  proc_snap_take(&start, 0);
+  for (int round = 0; round < rounds; round++) {
+    enum { N = 3 };
+    char keys[K9_KEYS][KEYLEN];
+    uint8_t *ptr[K9_KEYS];
+    for (int k = 0; k < K9_KEYS; k++) {
+      ptr[k] = export_new(K9_SIZE, EXPORT_ANY, keys[k]);
+      fill_pattern(ptr[k], PAGE, 100u + (uint32_t)k);
+      for (int i = 0; i < N; i++) fill_pattern(ptr[k] + PAGE * (size_t)(1 + i), PAGE, (uint32_t)(i * 1000000));
+    }
+    chan c[N];
+    int pid[N];
+    k9_arg args[N];
+    uint8_t *priv[N];
+    for (int i = 0; i < N; i++) {
+      args[i].index = i;
+      args[i].keys = keys;
+      /* its own key, which only it imports and holds all along */
+      priv[i] = export_new(PAGE, EXPORT_ANY, args[i].private_key);
+      chan_open(&c[i]);
+      pid[i] = chan_spawn(&c[i], k9_importer, &args[i]);
+    }
+    for (int i = 0; i < N; i++) CHECK_EQ(recv_int(c[i].up[0]), 1);
+    /* everyone is mid-loop; the private keys are held */
+    for (int i = 0; i < N; i++) CHECK_MSG(aclrtIpcMemClose(args[i].private_key), ACL_ERROR_RT_INTERNAL_ERROR, "still imported");
+    /* kill two of them at random moments of their loops */
+    for (int i = 0; i < 2; i++) {
+      usleep((useconds_t)(xs(&rs) % 20000));
+      kill(pid[i], SIGKILL);
+      CHECK_EQ(th_wait(pid[i]), 128 + SIGKILL);
+      /* its references went with it: the strict close succeeds right after waitpid */
+      CHECK_OK(aclrtIpcMemClose(args[i].private_key));
+      CHECK_OK(aclrtFree(priv[i]));
+    }
+    /* the survivor is unaffected, and finishes its loop */
+    CHECK_MSG(aclrtIpcMemClose(args[2].private_key), ACL_ERROR_RT_INTERNAL_ERROR, "still imported");
+    send_int(c[2].down[1], 2);
+    uint32_t gen[K9_KEYS];
+    th_read(c[2].up[0], gen, sizeof gen);
+    for (int k = 0; k < K9_KEYS; k++) {
+      CHECK(check_pattern(ptr[k], PAGE, 100u + (uint32_t)k));
+      CHECK(check_pattern(ptr[k] + 3 * PAGE, PAGE, 2000000u + gen[k]));
+      /* only the survivor's private key is still held: every loop key's count is back to 0 */
+      CHECK_OK(aclrtIpcMemClose(keys[k]));
+      CHECK_OK(aclrtFree(ptr[k]));
+    }
+    send_int(c[2].down[1], 3);
+    CHECK_EQ(th_wait(pid[2]), 0);
+    CHECK_OK(aclrtIpcMemClose(args[2].private_key));
+    CHECK_OK(aclrtFree(priv[2]));
+    for (int i = 0; i < N; i++) chan_close(&c[i]);
+  }
+  /* no connection, ledger or descriptor of the dead importers left behind */
+  proc_snap_expect(&start, 0, 5, "exporter");
+  proc_snap_free(&start);
+  CHECK_OK(aclFinalize());
+}
+
+/* ---- kill -9 of an exporter under several importers ---------------------------------------- */
+
+#define KX_HELD 8
+#define KX_FRESH 4
+
+static uint64_t fnv1a(const void *p, size_t n) {
+  const uint8_t *b = p;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+static size_t kx_size(int k) { return PAGE << (k % 5); } /* 4 KiB .. 64 KiB */
+
+static int kx_exporter(chan *c, void *arg) {
+  (void)arg;
+  char keys[KX_HELD + KX_FRESH][KEYLEN];
+  for (int k = 0; k < KX_HELD + KX_FRESH; k++) {
+    CHECK_OK(aclrtSetDevice(k % 4));
+    void *p = export_new(kx_size(k), EXPORT_ANY, keys[k]);
+    fill_pattern(p, kx_size(k), 500u + (uint32_t)k);
+  }
+  to_parent(c, keys, sizeof keys);
+  pause(); /* until kill -9 */
+  return 0;
+}
+
+typedef struct kx_arg {
+  char (*keys)[KEYLEN];
+  int looper; /* keeps importing and closing a key while the exporter dies */
+  int index, n;
+} kx_arg;
+
+static int kx_importer(chan *c, void *argp) {
+  kx_arg *a = argp;
+  proc_snap start;
+  proc_snap_take(&start, 0);
+  void *p[KX_HELD];
+  uint64_t sum[KX_HELD];
+  for (int k = 0; k < KX_HELD; k++) {
+    CHECK_OK(aclrtIpcMemImportByKey(&p[k], a->keys[k], 0));
+    sum[k] = fnv1a(p[k], kx_size(k));
+    uint8_t *ref = malloc(kx_size(k));
+    fill_pattern(ref, kx_size(k), 500u + (uint32_t)k);
+    CHECK_EQ(sum[k], fnv1a(ref, kx_size(k)));
+    free(ref);
+  }
+  send_int(c->up[1], 1);
+  long loops = 0, failed_at = -1;
+  if (a->looper) {
+    /* import/close of a key it does not hold, until the exporter is gone */
+    int fl = fcntl(c->down[0], F_GETFL);
+    fcntl(c->down[0], F_SETFL, fl | O_NONBLOCK);
+    for (;; loops++) {
+      void *q = NULL;
+      double t0 = now_s();
+      aclError rc = aclrtIpcMemImportByKey(&q, a->keys[KX_HELD + KX_FRESH - 1], 0);
+      CHECK(now_s() - t0 < 2); /* promptly, never a hang */
+      if (rc != ACL_SUCCESS) {
+        CHECK_EQ(rc, ACL_ERROR_RT_IPC_ERROR);
+        failed_at = loops;
+        break;
+      }
+      CHECK_OK(aclrtIpcMemClose(a->keys[KX_HELD + KX_FRESH - 1]));
+    }
+    fcntl(c->down[0], F_SETFL, fl);
+  }
+  CHECK_EQ(recv_int(c->down[0]), 2); /* the exporter is dead */
+  if (a->looper) CHECK(failed_at >= 0);
+  /* every held mapping is intact (all importers check before anyone writes) */
+  for (int k = 0; k < KX_HELD; k++) CHECK_EQ(fnv1a(p[k], kx_size(k)), sum[k]);
+  send_int(c->up[1], 4);
+  CHECK_EQ(recv_int(c->down[0]), 5);
+  /* and still memory to use: each importer writes and reads back its own slice */
+  for (int k = 0; k < KX_HELD; k++) {
+    size_t slice = kx_size(k) / (size_t)a->n;
+    uint8_t *mine = (uint8_t *)p[k] + slice * (size_t)a->index;
+    fill_pattern(mine, slice, 900u + (uint32_t)k);
+    uint8_t *host = malloc(slice);
+    CHECK_OK(aclrtSetDevice(k % 4)); /* host copies of imported memory: on its device */
+    CHECK_OK(aclrtMemcpy(host, slice, mine, slice, ACL_MEMCPY_DEVICE_TO_HOST));
+    CHECK(check_pattern(host, slice, 900u + (uint32_t)k));
+    free(host);
+  }
+  /* new imports fail promptly with ACL_ERROR_RT_IPC_ERROR */
+  for (int k = KX_HELD; k < KX_HELD + KX_FRESH; k++) {
+    void *q = NULL;
+    double t0 = now_s();
+    CHECK_ACL(aclrtIpcMemImportByKey(&q, a->keys[k], 0), ACL_ERROR_RT_IPC_ERROR);
+    CHECK(now_s() - t0 < 1.0);
+    CHECK(q == NULL);
+  }
+  /* a held key: served from this process's own table (same pointer, one more reference) */
+  void *again = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&again, a->keys[0], 0));
+  CHECK(again == p[0]);
+  CHECK_OK(aclrtIpcMemClose(a->keys[0]));
+  for (int k = 0; k < KX_HELD; k++) CHECK_OK(aclrtIpcMemClose(a->keys[k]));
+  CHECK_OK(aclFinalize());
+  /* the dead exporter's memory is no longer mapped or held open here */
+  proc_snap_expect(&start, 0, 0, "importer of a dead exporter");
+  proc_snap_free(&start);
+  th_write(c->up[1], &loops, sizeof loops);
+  return 0;
+}
+
+TEST(kill9_exporter_under_many_importers_data_intact) {
+  chan ce;
+  chan_open(&ce);
+  int epid = chan_spawn(&ce, kx_exporter, NULL);
+  char keys[KX_HELD + KX_FRESH][KEYLEN];
+  from_child(&ce, keys, sizeof keys);
+  enum { N = 4 };
+  chan c[N];
+  int pid[N];
+  kx_arg args[N];
+  for (int i = 0; i < N; i++) {
+    args[i] = (kx_arg){keys, i == 0, i, N};
+    chan_open(&c[i]);
+    pid[i] = chan_spawn(&c[i], kx_importer, &args[i]);
+  }
+  for (int i = 0; i < N; i++) CHECK_EQ(recv_int(c[i].up[0]), 1);
+  usleep(20000); /* the looper is mid-loop */
+  kill(epid, SIGKILL);
+  CHECK_EQ(th_wait(epid), 128 + SIGKILL);
+  for (int i = 0; i < N; i++) send_int(c[i].down[1], 2);
+  for (int i = 0; i < N; i++) CHECK_EQ(recv_int(c[i].up[0]), 4);
+  for (int i = 0; i < N; i++) send_int(c[i].down[1], 5);
+  for (int i = 0; i < N; i++) {
+    long loops;
+    th_read(c[i].up[0], &loops, sizeof loops);
+    CHECK_EQ(th_wait(pid[i]), 0);
+    chan_close(&c[i]);
+  }
+  chan_close(&ce);
+}
+
+/* ---- a stopped exporter stalls only what needs it ------------------------------------------- */
+
+static int one_key_exporter(chan *c, void *arg) {
+  int n = arg ? *(int *)arg : 1;
+  setenv("ASCEND_IPC_STRICT", "1", 1);
+  char keys[4][KEYLEN];
+  void *p[4];
+  for (int i = 0; i < n; i++) {
+    p[i] = export_new(64 * KiB, EXPORT_ANY, keys[i]);
+    fill_pattern(p[i], 64 * KiB, 700u + (uint32_t)i);
+  }
+  to_parent(c, keys, (size_t)n * KEYLEN);
+  CHECK_EQ(recv_int(c->down[0]), 1);
+  for (int i = 0; i < n; i++) {
+    CHECK_OK(aclrtIpcMemClose(keys[i])); /* strict: every reference came back */
+    CHECK_OK(aclrtFree(p[i]));
+  }
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+typedef struct stalled_arg {
+  const char *key;
+  aclError rc;
+  double seconds;
+} stalled_arg;
+
+static void *stalled_import(void *arg) {
+  stalled_arg *s = arg;
+  void *p = NULL;
+  double t0 = now_s();
+  s->rc = aclrtIpcMemImportByKey(&p, s->key, 0);
+  s->seconds = now_s() - t0;
+  return NULL;
+}
+
+TEST(stopped_exporter_stalls_only_its_own_imports) {
+  int timeout_ms = under_valgrind() ? 3000 : 600;
+  set_timeout_ms(timeout_ms);
+  int three = 3, one = 1;
+  chan ca, cb;
+  chan_open(&ca);
+  int apid = chan_spawn(&ca, one_key_exporter, &three);
+  chan_open(&cb);
+  int bpid = chan_spawn(&cb, one_key_exporter, &one);
+  char ka[3][KEYLEN], kb[KEYLEN];
+  from_child(&ca, ka, sizeof ka);
+  from_child(&cb, kb, KEYLEN);
+  void *held = NULL, *p = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&held, ka[0], 0)); /* held across the stop */
+  CHECK_OK(aclrtIpcMemImportByKey(&p, kb, 0));
+  CHECK_OK(aclrtIpcMemClose(kb));
+  kill(apid, SIGSTOP);
+  int st;
+  CHECK(waitpid(apid, &st, WUNTRACED) == apid && WIFSTOPPED(st));
+  stalled_arg sa = {ka[1], 0, 0};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, stalled_import, &sa) == 0);
+  /* meanwhile: the other exporter serves at full speed */
+  double worst = 0, t_start = now_s();
+  int n = 0;
+  while (now_s() - t_start < timeout_ms / 1000.0 * 0.75) {
+    double t0 = now_s();
+    CHECK_OK(aclrtIpcMemImportByKey(&p, kb, 0));
+    CHECK(check_pattern(p, 64 * KiB, 700u));
+    CHECK_OK(aclrtIpcMemClose(kb));
+    double dt = now_s() - t0;
+    if (dt > worst) worst = dt;
+    n++;
+  }
+  pthread_join(t, NULL);
+  fprintf(stderr, "  %d imports from a live exporter while another was stopped: worst %.1f ms; "
+                  "stalled import: %.0f ms\n",
+          n, worst * 1e3, sa.seconds * 1e3);
+  CHECK(n > 10);
+  CHECK(worst < timeout_ms / 1000.0 / 2);
+  CHECK_EQ(sa.rc, ACL_ERROR_RT_IPC_ERROR);
+  /* an import held across the stop closes (its release is queued for later) */
+  CHECK_OK(aclrtIpcMemClose(ka[0]));
+  CHECK(sa.seconds >= timeout_ms / 1000.0 * 0.9 && sa.seconds < timeout_ms / 1000.0 + 3);
+  kill(apid, SIGCONT);
+  /* and then A serves again; its strict closes see every reference back */
+  CHECK_OK(aclrtIpcMemImportByKey(&p, ka[2], 0));
+  CHECK(check_pattern(p, 64 * KiB, 702u));
+  CHECK_OK(aclrtIpcMemClose(ka[2]));
+  send_int(ca.down[1], 1);
+  send_int(cb.down[1], 1);
+  CHECK_EQ(th_wait(apid), 0);
+  CHECK_EQ(th_wait(bpid), 0);
+  chan_close(&ca);
+  chan_close(&cb);
+  CHECK_OK(aclFinalize());
+}
+
+/* Every blocking wait of an importer is bounded by ASCEND_IPC_TIMEOUT_MS
+ * (docs/design-ipc.md, "Timeouts"), and a close is a ledger write. Both must
+ * hold when several threads of one importer meet the same stopped exporter:
+ * a close, or another import, must not queue behind the stalled import for
+ * the connection. */
+TEST(stopped_exporter_every_call_bounded_by_the_timeout) {
+  int timeout_ms = under_valgrind() ? 3000 : 800;
+  set_timeout_ms(timeout_ms);
+  double T = timeout_ms / 1000.0;
+  int three = 3;
+  chan ca;
+  chan_open(&ca);
+  int apid = chan_spawn(&ca, one_key_exporter, &three);
+  char ka[3][KEYLEN];
+  from_child(&ca, ka, sizeof ka);
+  void *held = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&held, ka[0], 0));
+  kill(apid, SIGSTOP);
+  int st;
+  CHECK(waitpid(apid, &st, WUNTRACED) == apid && WIFSTOPPED(st));
+  stalled_arg sa[2] = {{ka[1], 0, 0}, {ka[2], 0, 0}};
+  pthread_t t[2];
+  CHECK(pthread_create(&t[0], NULL, stalled_import, &sa[0]) == 0);
+  usleep((useconds_t)(T * 1e6 / 8)); /* the first one is waiting for its reply */
+  CHECK(pthread_create(&t[1], NULL, stalled_import, &sa[1]) == 0);
+  double t0 = now_s();
+  CHECK_OK(aclrtIpcMemClose(ka[0]));
+  double close_s = now_s() - t0;
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  fprintf(stderr, "  stopped exporter, timeout %d ms: close of a held import %.0f ms; two imports %.0f ms and %.0f ms\n",
+          timeout_ms, close_s * 1e3, sa[0].seconds * 1e3, sa[1].seconds * 1e3);
+  kill(apid, SIGCONT);
+  /* one more call on the connection takes the late replies in (see the next test) */
+  void *p = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&p, ka[1], 0));
+  CHECK_OK(aclrtIpcMemClose(ka[1]));
+  send_int(ca.down[1], 1);
+  CHECK_EQ(th_wait(apid), 0); /* strict closes: every reference came back */
+  chan_close(&ca);
+  CHECK_EQ(sa[0].rc, ACL_ERROR_RT_IPC_ERROR);
+  CHECK_EQ(sa[1].rc, ACL_ERROR_RT_IPC_ERROR);
+  CHECK(sa[0].seconds < T + 1);
+  /* the close needs no reply: it must not wait out another thread's timeout */
+  CHECK(close_s < T / 4);
+  /* the second import waits at most its own timeout, not the first one's too */
+  CHECK(sa[1].seconds < T * 1.5);
+  CHECK_OK(aclFinalize());
+}
+
+/* An import that timed out on a stopped exporter: when the exporter resumes,
+ * it serves the queued request and counts a reference that nobody holds.
+ * The importer gives it back only when it next reads that connection, i.e.
+ * at its next import from that exporter; until then a strict close fails
+ * naming a process that holds nothing, and a default close keeps the memory
+ * allocated. The reference must come back without another call. */
+TEST(timed_out_import_leaves_no_reference_behind) {
+  int timeout_ms = under_valgrind() ? 2000 : 300;
+  set_timeout_ms(timeout_ms);
+  int one = 1;
+  chan ca;
+  chan_open(&ca);
+  int apid = chan_spawn(&ca, one_key_exporter, &one);
+  char ka[KEYLEN];
+  from_child(&ca, ka, KEYLEN);
+  void *p = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&p, ka, 0)); /* connected */
+  CHECK_OK(aclrtIpcMemClose(ka));
+  kill(apid, SIGSTOP);
+  int st;
+  CHECK(waitpid(apid, &st, WUNTRACED) == apid && WIFSTOPPED(st));
+  CHECK_MSG(aclrtIpcMemImportByKey(&p, ka, 0), ACL_ERROR_RT_IPC_ERROR, "no reply");
+  kill(apid, SIGCONT);
+  usleep(200000); /* the exporter serves the queued request */
+  /* this process holds nothing: the exporter's strict close must succeed */
+  send_int(ca.down[1], 1);
+  CHECK_EQ(th_wait(apid), 0);
+  chan_close(&ca);
+  CHECK_OK(aclFinalize());
+}
+
+/* ---- fork in the middle of a session ------------------------------------------------------- */
+
+typedef struct fork_ctx {
+  char e1[KEYLEN], e2[KEYLEN]; /* this process's exports */
+  char k1[KEYLEN], k2[KEYLEN]; /* imported from another process */
+  void *k1_ptr;                /* held across the fork */
+  uint8_t *e1_ptr;
+  int stop;
+  long rounds;
+} fork_ctx;
+
+static void *fork_traffic(void *arg) {
+  fork_ctx *f = arg;
+  while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
+    void *p = NULL;
+    CHECK_OK(aclrtIpcMemImportByKey(&p, f->k2, 0));
+    CHECK(check_pattern(p, 64 * KiB, 701u));
+    CHECK_OK(aclrtIpcMemClose(f->k2));
+    char key[KEYLEN];
+    void *q = export_new(PAGE, EXPORT_ANY, key);
+    CHECK_OK(aclrtIpcMemClose(key));
+    CHECK_OK(aclrtFree(q));
+    __atomic_add_fetch(&f->rounds, 1, __ATOMIC_RELAXED);
+  }
+  return NULL;
+}
+
+static int fork_child_session(chan *c, void *arg) {
+  fork_ctx *f = arg;
+  proc_snap start;
+  proc_snap_take(&start, 0);
+  int32_t me = getpid();
+  /* nothing of the parent's session is ours */
+  CHECK_MSG(aclrtIpcMemClose(f->k1), ACL_ERROR_INVALID_PARAM, "neither");
+  CHECK_MSG(aclrtIpcMemClose(f->e1), ACL_ERROR_INVALID_PARAM, "neither");
+  CHECK_MSG(aclrtIpcMemSetImportPid(f->e2, &me, 1), ACL_ERROR_RT_NO_PERMISSION, "only the exporting process");
+  /* the parent's mappings stay mapped (untracked) */
+  CHECK(check_pattern(f->k1_ptr, 64 * KiB, 700u));
+  /* an ordinary importer of the parent's exporter, and of the parent */
+  void *p = NULL, *q = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&p, f->k1, 0));
+  CHECK(check_pattern(p, 64 * KiB, 700u));
+  CHECK_OK(aclrtIpcMemImportByKey(&q, f->e1, 0));
+  CHECK(check_pattern(q, PAGE, 800u));
+  ((uint8_t *)q)[PAGE] = 0x5a; /* the parent sees it */
+  CHECK_ACL(aclrtIpcMemImportByKey(&q, f->e2, 0), ACL_ERROR_RT_NO_PERMISSION); /* not whitelisted */
+  /* and an exporter under its own name */
+  char kc[KEYLEN];
+  void *mine = export_new(PAGE, EXPORT_ANY, kc);
+  fill_pattern(mine, PAGE, 801u);
+  to_parent(c, kc, KEYLEN);
+  CHECK_EQ(recv_int(c->down[0]), 1); /* the parent imported and closed it */
+  CHECK_OK(aclrtIpcMemClose(f->k1));
+  CHECK_OK(aclrtIpcMemClose(f->e1));
+  CHECK_OK(aclrtIpcMemClose(kc));
+  CHECK_OK(aclrtFree(mine));
+  CHECK_OK(aclFinalize());
+  /* descriptors as after the fork: nothing inherited was kept open by the runtime */
+  proc_snap_expect(&start, 0, 0, "forked child");
+  proc_snap_free(&start);
+  int hold = recv_int(c->down[0]);
+  if (hold == 2) { /* hold an import of the parent's export, and be killed */
+    CHECK_OK(aclrtIpcMemImportByKey(&q, f->e1, 0));
+    send_int(c->up[1], 3);
+    pause();
+  }
+  return 0;
+}
+
+TEST(fork_mid_session_with_live_exports_imports_and_traffic) {
+  setenv("ASCEND_IPC_STRICT", "1", 1);
+  int two = 2;
+  chan cq;
+  chan_open(&cq);
+  int qpid = chan_spawn(&cq, one_key_exporter, &two);
+  char kq[2][KEYLEN];
+  from_child(&cq, kq, sizeof kq);
+  static fork_ctx f;
+  memset(&f, 0, sizeof f);
+  memcpy(f.k1, kq[0], KEYLEN);
+  memcpy(f.k2, kq[1], KEYLEN);
+  f.e1_ptr = export_new(2 * PAGE, EXPORT_ANY, f.e1);
+  fill_pattern(f.e1_ptr, PAGE, 800u);
+  void *e2 = export_new(PAGE, EXPORT_DEFAULT, f.e2);
+  CHECK_OK(aclrtIpcMemImportByKey(&f.k1_ptr, f.k1, 0));
+  void *tmp = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&tmp, f.k2, 0)); /* a cached connection, an idle window */
+  CHECK_OK(aclrtIpcMemClose(f.k2));
+  { /* the traffic threads' first start leaves their stacks cached: count from after it */
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&t[i], NULL, fork_traffic, &f) == 0);
+    while (__atomic_load_n(&f.rounds, __ATOMIC_RELAXED) < 10) usleep(100);
+    __atomic_store_n(&f.stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    f.rounds = 0;
+  }
+  proc_snap before;
+  proc_snap_take(&before, 0);
+  int forks = under_valgrind() ? 2 : 6;
+  for (int round = 0; round < forks; round++) {
+    f.stop = 0;
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&t[i], NULL, fork_traffic, &f) == 0);
+    while (__atomic_load_n(&f.rounds, __ATOMIC_RELAXED) < 20 * (round + 1)) usleep(100);
+    chan c;
+    chan_open(&c);
+    int pid = chan_spawn(&c, fork_child_session, &f); /* while the threads are at it */
+    char kc[KEYLEN];
+    from_child(&c, kc, KEYLEN);
+    void *p = NULL;
+    CHECK_OK(aclrtIpcMemImportByKey(&p, kc, 0));
+    CHECK(check_pattern(p, PAGE, 801u));
+    CHECK_OK(aclrtIpcMemClose(kc));
+    send_int(c.down[1], 1);
+    int kill_it = round % 2;
+    send_int(c.down[1], kill_it ? 2 : 1);
+    if (kill_it) {
+      CHECK_EQ(recv_int(c.up[0]), 3);
+      CHECK_MSG(aclrtIpcMemClose(f.e1), ACL_ERROR_RT_INTERNAL_ERROR, "still imported");
+      kill(pid, SIGKILL);
+      CHECK_EQ(th_wait(pid), 128 + SIGKILL);
+    } else {
+      CHECK_EQ(th_wait(pid), 0);
+    }
+    chan_close(&c);
+    __atomic_store_n(&f.stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    CHECK_EQ(f.e1_ptr[PAGE], 0x5a);
+    f.e1_ptr[PAGE] = 0;
+    /* the parent's session goes on: its import intact, its connections the same ones;
+     * the only extra is its idle connection to the dead child (an idle connection
+     * to a dead exporter is swept at the next new connection) */
+    CHECK(check_pattern(f.k1_ptr, 64 * KiB, 700u));
+    proc_snap_expect_kept(&before, 0, 5, 2, 2, "parent after its child's exit");
+  }
+  proc_snap_free(&before);
+  fprintf(stderr, "  %d forks during %ld rounds of import/close/export traffic\n", forks, f.rounds);
+  /* every reference of every child is gone: strict closes succeed */
+  CHECK_OK(aclrtIpcMemClose(f.e1));
+  CHECK_OK(aclrtIpcMemClose(f.e2));
+  CHECK_OK(aclrtFree(f.e1_ptr));
+  CHECK_OK(aclrtFree(e2));
+  CHECK_OK(aclrtIpcMemClose(f.k1));
+  send_int(cq.down[1], 1);
+  CHECK_EQ(th_wait(qpid), 0); /* its strict closes: our references came back */
+  chan_close(&cq);
+  CHECK_OK(aclFinalize());
+}
+
+/* ---- the descriptor limit ---------------------------------------------------------------- */
+
+/* Opens /dev/null until only `spare` descriptors are left under a soft limit
+ * of (descriptors in use + 64). Returns how many it opened; fds[] holds them. */
+static int fd_exhaust(int *fds, int cap, int spare) {
+  int used = fd_count();
+  struct rlimit rl;
+  CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+  int maxfd = 0;
+  proc_snap s;
+  proc_snap_take(&s, 0);
+  for (int i = 0; i < s.n_fds; i++)
+    if (s.fd[i] > maxfd) maxfd = s.fd[i];
+  proc_snap_free(&s);
+  rlim_t lim = (rlim_t)(maxfd + 64 > used + 64 ? maxfd + 64 : used + 64);
+  rl.rlim_cur = lim;
+  CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+  int n = 0;
+  for (;;) {
+    CHECK(n < cap);
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      CHECK_EQ(errno, EMFILE);
+      break;
+    }
+    fds[n++] = fd;
+  }
+  for (int i = 0; i < spare && n > 0; i++) close(fds[--n]);
+  return n;
+}
+
+static void fd_release(int *fds, int n) {
+  for (int i = 0; i < n; i++) close(fds[i]);
+  struct rlimit rl;
+  CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+  rl.rlim_cur = rl.rlim_max;
+  CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+}
+
+/* With a descriptor or two to spare, the socket opens but the exporter's
+ * descriptors cannot be received (MSG_CTRUNC): the failure is this
+ * process's descriptor limit, and the message must say so, not blame the
+ * exporter for a "malformed reply". */
+static aclError import_expect_failure(const char *key, void **p);
+TEST(fd_limit_in_the_importer_error_names_the_cause) {
+  int one = 1;
+  chan cx;
+  chan_open(&cx);
+  int xpid = chan_spawn(&cx, one_key_exporter, &one);
+  char kx[KEYLEN];
+  from_child(&cx, kx, KEYLEN);
+  static int fds[70000];
+  int bad = 0;
+  for (int spare = 1; spare <= 2; spare++) {
+    int n = fd_exhaust(fds, 70000, spare);
+    void *p;
+    fprintf(stderr, "  importer with %d descriptor(s) to spare:\n", spare);
+    import_expect_failure(kx, &p);
+    const char *m = aclGetRecentErrMsg();
+    if (!(strstr(m, "descriptor") || strstr(m, "open files") || strstr(m, "RLIMIT_NOFILE"))) bad++;
+    fd_release(fds, n);
+    CHECK_OK(aclFinalize());
+  }
+  send_int(cx.down[1], 1);
+  CHECK_EQ(th_wait(xpid), 0);
+  chan_close(&cx);
+  CHECK_EQ(bad, 0);
+}
+
+/* The import fails with a code and a message: which code is the runtime's
+ * choice; a crash, a hang or a silent success with bad memory is not. */
+static aclError import_expect_failure(const char *key, void **p) {
+  *p = NULL;
+  double t0 = now_s();
+  aclError rc = aclrtIpcMemImportByKey(p, key, 0);
+  const char *m = aclGetRecentErrMsg();
+  if (rc == ACL_SUCCESS) th_fail(__FILE__, __LINE__, "import succeeded without descriptors to spare");
+  if (!m || !*m) th_fail(__FILE__, __LINE__, "import failed with %d and no message", rc);
+  CHECK(*p == NULL);
+  CHECK(now_s() - t0 < 5);
+  fprintf(stderr, "    -> %d: %s\n", rc, m);
+  return rc;
+}
+
+TEST(fd_limit_in_the_importer_clear_error_then_recovery) {
+  int two = 2;
+  chan cx;
+  chan_open(&cx);
+  int xpid = chan_spawn(&cx, one_key_exporter, &two); /* strict: counts checked at its end */
+  char kx[2][KEYLEN];
+  from_child(&cx, kx, sizeof kx);
+  static int fds[70000];
+  for (int spare = 0; spare <= 2; spare++) {
+    /* no connection yet: the socket, the arena fd and the ledger fd all need a slot */
+    int n = fd_exhaust(fds, 70000, spare);
+    void *p;
+    fprintf(stderr, "  importer with %d descriptor(s) to spare, first import:\n", spare);
+    aclError rc = import_expect_failure(kx[0], &p);
+    CHECK(rc == ACL_ERROR_RT_IPC_ERROR || rc == ACL_ERROR_RT_MEMORY_ALLOCATION || rc == ACL_ERROR_RT_INTERNAL_ERROR);
+    fd_release(fds, n);
+    /* recovery: the same import works once descriptors are free */
+    CHECK_OK(aclrtIpcMemImportByKey(&p, kx[0], 0));
+    CHECK(check_pattern(p, 64 * KiB, 700u));
+    CHECK_OK(aclrtIpcMemClose(kx[0]));
+    CHECK_OK(aclFinalize()); /* drops the connection: the next round starts from nothing */
+  }
+  /* with a connection in place, imports need no new descriptor */
+  void *p = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&p, kx[0], 0));
+  CHECK_OK(aclrtIpcMemClose(kx[0]));
+  int n = fd_exhaust(fds, 70000, 0);
+  CHECK_OK(aclrtIpcMemImportByKey(&p, kx[1], 0));
+  CHECK(check_pattern(p, 64 * KiB, 701u));
+  CHECK_OK(aclrtIpcMemClose(kx[1]));
+  fd_release(fds, n);
+  send_int(cx.down[1], 1);
+  CHECK_EQ(th_wait(xpid), 0); /* strict closes in the exporter: no reference lost or left over */
+  chan_close(&cx);
+  CHECK_OK(aclFinalize());
+}
+
+static int g_fds[70000], g_nfds; /* the exporter's dummy descriptors */
+
+static int fdlim_importer(chan *c, void *arg) {
+  (void)arg;
+  fd_release(g_fds, g_nfds); /* what it inherited of them: its own copies */
+  char key[KEYLEN];
+  from_parent(c, key, KEYLEN);
+  void *p = NULL;
+  aclError rc = aclrtIpcMemImportByKey(&p, key, 0);
+  send_int(c->up[1], rc);
+  send_int(c->up[1], rc ? 0 : check_pattern(p, PAGE, 600u));
+  if (rc == ACL_SUCCESS) CHECK_OK(aclrtIpcMemClose(key));
+  CHECK_EQ(recv_int(c->down[0]), 1);
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+TEST(fd_limit_in_the_exporter_clear_error_then_recovery) {
+  setenv("ASCEND_IPC_STRICT", "1", 1);
+  int timeout_ms = under_valgrind() ? 3000 : 500;
+  set_timeout_ms(timeout_ms);
+  char k0[KEYLEN], k1[KEYLEN];
+  uint8_t *p0 = export_new(PAGE, EXPORT_ANY, k0);
+  fill_pattern(p0, PAGE, 600u);
+  /* an importer connected before the limit */
+  chan c0;
+  chan_open(&c0);
+  int pid0 = chan_spawn(&c0, fdlim_importer, NULL);
+  to_child(&c0, k0, KEYLEN);
+  CHECK_EQ(recv_int(c0.up[0]), 0);
+  CHECK_EQ(recv_int(c0.up[0]), 1);
+  int *fds = g_fds;
+  int n = g_nfds = fd_exhaust(fds, 70000, 0);
+  /* a new device needs a memfd: a code and a message */
+  CHECK_OK(aclrtSetDevice(2));
+  void *q = NULL;
+  aclError rc = aclrtMalloc(&q, PAGE, ACL_MEM_MALLOC_HUGE_FIRST);
+  const char *m = aclGetRecentErrMsg();
+  fprintf(stderr, "  exporter out of descriptors, aclrtMalloc on a new device -> %d: %s\n", rc, m ? m : "");
+  CHECK_EQ(rc, ACL_ERROR_RT_MEMORY_ALLOCATION);
+  CHECK(m && strstr(m, "Too many open files"));
+  CHECK_OK(aclrtSetDevice(0));
+  /* an export of memory it has needs none */
+  uint8_t *p1 = export_new(PAGE, EXPORT_ANY, k1);
+  fill_pattern(p1, PAGE, 600u);
+  /* a new importer cannot be accepted: its import fails after its timeout */
+  chan c1;
+  for (int i = 0; i < 4; i++) close(fds[--n]); /* room for the pipes to it */
+  g_nfds = n;
+  chan_open(&c1);
+  int pid1 = chan_spawn(&c1, fdlim_importer, NULL);
+  for (;;) { /* back to no spare descriptor in this process */
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;
+    fds[n++] = fd;
+  }
+  to_child(&c1, k1, KEYLEN);
+  rc = recv_int(c1.up[0]);
+  CHECK_EQ(recv_int(c1.up[0]), 0);
+  fprintf(stderr, "  new importer while the exporter is out of descriptors -> %d\n", rc);
+  CHECK_EQ(rc, ACL_ERROR_RT_IPC_ERROR);
+  fd_release(fds, n);
+  g_nfds = 0;
+  /* recovery: the server accepts again; the same kind of import now works */
+  chan c2;
+  chan_open(&c2);
+  int pid2 = chan_spawn(&c2, fdlim_importer, NULL);
+  to_child(&c2, k1, KEYLEN);
+  CHECK_EQ(recv_int(c2.up[0]), 0);
+  CHECK_EQ(recv_int(c2.up[0]), 1);
+  CHECK_OK(aclrtSetDevice(2));
+  CHECK_OK(aclrtMalloc(&q, PAGE, ACL_MEM_MALLOC_HUGE_FIRST));
+  CHECK_OK(aclrtFree(q));
+  CHECK_OK(aclrtSetDevice(0));
+  int pids[3] = {pid0, pid1, pid2};
+  chan *cs[3] = {&c0, &c1, &c2};
+  for (int i = 0; i < 3; i++) {
+    send_int(cs[i]->down[1], 1);
+    CHECK_EQ(th_wait(pids[i]), 0);
+    chan_close(cs[i]);
+  }
+  /* strict: nothing is left of the importer that timed out either (its
+   * connection was served late, then closed when it exited) */
+  CHECK_OK(aclrtIpcMemClose(k0));
+  CHECK_OK(aclrtIpcMemClose(k1));
+  CHECK_OK(aclrtFree(p0));
+  CHECK_OK(aclrtFree(p1));
+  CHECK_OK(aclFinalize());
+}
+
+/* ---- a hostile importer and its release ledger --------------------------------------------- */
+
+static int holder_child(chan *c, void *arg) {
+  (void)arg;
+  char keys[2][KEYLEN];
+  from_parent(c, keys, sizeof keys);
+  void *p = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&p, keys[0], 0));
+  CHECK_OK(aclrtIpcMemImportByKey(&p, keys[1], 0));
+  send_int(c->up[1], 1);
+  CHECK_EQ(recv_int(c->down[0]), 2);
+  CHECK_OK(aclrtIpcMemClose(keys[0]));
+  CHECK_OK(aclrtIpcMemClose(keys[1]));
+  send_int(c->up[1], 3);
+  CHECK_EQ(recv_int(c->down[0]), 4);
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+/* Imports by hand and returns the grant's ledger slot; *ledger gets the
+ * mapped ledger when this reply carried it. */
+static uint32_t raw_import(int sock, const char *key, uint64_t req, uint32_t **ledger) {
+  key_rec k = key_decode(key);
+  uint8_t b[512];
+  size_t n = pkt_import(b, &k, req);
+  CHECK(raw_send(sock, b, n, -1) == (ssize_t)n);
+  int fds[4], nfd;
+  ssize_t r = raw_recv(sock, b, sizeof b, fds, &nfd, 0);
+  CHECK(r >= 64);
+  int32_t status;
+  uint32_t flags, slot;
+  memcpy(&status, b + 24, 4);
+  memcpy(&flags, b + 28, 4);
+  memcpy(&slot, b + 60, 4);
+  CHECK_EQ(status, 0);
+  int next = 0;
+  if (flags & 1) close(fds[next++]); /* the arena */
+  if (flags & 2) {
+    int lfd = fds[next++];
+    /* sealed: the ledger can be neither shrunk nor grown under the exporter */
+    CHECK(ftruncate(lfd, 0) != 0 && errno == EPERM);
+    CHECK(ftruncate(lfd, 1 << 20) != 0 && errno == EPERM);
+    *ledger = mmap(NULL, 16384 * 4, PROT_READ | PROT_WRITE, MAP_SHARED, lfd, 0);
+    CHECK(*ledger != MAP_FAILED);
+    close(lfd);
+  }
+  CHECK_EQ(next, nfd);
+  return slot;
+}
+
+static int ledger_vandal(chan *c, void *arg) {
+  (void)arg;
+  char keys[2][KEYLEN];
+  from_parent(c, keys, sizeof keys);
+  int sock = raw_connect(keys[0]);
+  CHECK(sock >= 0);
+  uint32_t *ledger = NULL;
+  uint32_t s0 = raw_import(sock, keys[0], 1, &ledger);
+  CHECK(ledger != NULL && s0 < 16384);
+  /* a count for a slot not yet granted: when it is, it is more than held */
+  ledger[s0 + 1] = 5;
+  uint32_t s1 = raw_import(sock, keys[1], 2, &ledger);
+  CHECK_EQ(s1, s0 + 1);
+  /* and garbage everywhere else, the own slot included */
+  uint64_t rs = 12345;
+  for (uint32_t i = 0; i < 16384; i++)
+    if (i != s1) ledger[i] = (uint32_t)xs(&rs);
+  ledger[s0] = 0xffffffffu;
+  send_int(c->up[1], 1);
+  /* the exporter, taking those counts in, drops this connection: only it */
+  CHECK(peer_closed(sock, 10));
+  close(sock);
+  munmap(ledger, 16384 * 4);
+  send_int(c->up[1], 2);
+  return 0;
+}
+
+TEST(hostile_ledger_writes_hurt_only_the_writer) {
+  setenv("ASCEND_IPC_STRICT", "1", 1);
+  char keys[2][KEYLEN];
+  void *p0 = export_new(PAGE, EXPORT_ANY, keys[0]);
+  void *p1 = export_new(PAGE, EXPORT_ANY, keys[1]);
+  chan cg, cv;
+  chan_open(&cg);
+  int gpid = chan_spawn(&cg, holder_child, NULL);
+  to_child(&cg, keys, sizeof keys);
+  CHECK_EQ(recv_int(cg.up[0]), 1);
+  chan_open(&cv);
+  int vpid = chan_spawn(&cv, ledger_vandal, NULL);
+  to_child(&cv, keys, sizeof keys);
+  CHECK_EQ(recv_int(cv.up[0]), 1);
+  /* the close takes the ledgers in: the vandal is dropped, the honest holder still counts */
+  char who[32];
+  snprintf(who, sizeof who, "process(es) %d (1 reference", gpid);
+  CHECK_MSG(aclrtIpcMemClose(keys[0]), ACL_ERROR_RT_INTERNAL_ERROR, who);
+  CHECK_MSG(aclrtIpcMemClose(keys[1]), ACL_ERROR_RT_INTERNAL_ERROR, who);
+  CHECK_EQ(recv_int(cv.up[0]), 2);
+  CHECK_EQ(th_wait(vpid), 0);
+  send_int(cg.down[1], 2);
+  CHECK_EQ(recv_int(cg.up[0]), 3);
+  CHECK_OK(aclrtIpcMemClose(keys[0]));
+  CHECK_OK(aclrtIpcMemClose(keys[1]));
+  send_int(cg.down[1], 4);
+  CHECK_EQ(th_wait(gpid), 0);
+  chan_close(&cg);
+  chan_close(&cv);
+  CHECK_OK(aclrtFree(p0));
+  CHECK_OK(aclrtFree(p1));
+  CHECK_OK(aclFinalize());
+}
+
+/* ---- hostile clients flooding the exporter while an importer works ---------------------------- */
+
+#define FLOOD_KEYS 4
+
+/* One hostile packet: random, or a valid message mutated. *fd_out: attach /dev/null. */
+static size_t hostile_packet(uint64_t *rs, const key_rec *k, uint8_t *b, size_t cap, int *attach) {
+  uint64_t r = xs(rs);
+  size_t n;
+  *attach = (r >> 40) % 16 == 0;
+  switch (r % 12) {
+    case 0: /* noise */
+      n = (size_t)((r >> 8) % 700);
+      for (size_t i = 0; i < n; i++) b[i] = (uint8_t)xs(rs);
+      return n;
+    case 1: /* a replayed valid IMPORT (same request id every time) */
+      return pkt_import(b, k, 7);
+    case 2: { /* a valid IMPORT with a few bits flipped */
+      n = pkt_import(b, k, r >> 20);
+      int flips = 1 + (int)((r >> 12) % 4);
+      for (int i = 0; i < flips; i++) {
+        uint64_t x = xs(rs);
+        b[x % n] ^= (uint8_t)(1u << ((x >> 16) % 8));
+      }
+      return n;
+    }
+    case 3: /* a RELEASE it may or may not hold */
+      return pkt_release(b, k->id, 1 + (uint32_t)((r >> 8) % 3), r >> 16);
+    case 4: /* truncated */
+      return (size_t)((r >> 8) % 56);
+    case 5: /* oversized: a valid IMPORT with a tail */
+      n = pkt_import(b, k, 1) + (size_t)((r >> 8) % (cap - 56));
+      memset(b + 56, (int)(r >> 32), n - 56);
+      if ((r >> 30) & 1) memcpy(b + 8, &(uint32_t){(uint32_t)n}, 4); /* and a length that agrees */
+      return n;
+    case 6: { /* a header of a random type and length */
+      put_header(b, (uint16_t)((r >> 8) % 8), (uint32_t)(r >> 32), r);
+      n = 24 + (size_t)((r >> 16) % 64);
+      for (size_t i = 24; i < n; i++) b[i] = (uint8_t)xs(rs);
+      return n;
+    }
+    case 7: /* another protocol version */
+      n = pkt_import(b, k, 3);
+      b[4] = (uint8_t)(2 + (r >> 8) % 200);
+      return n;
+    case 8: { /* a forged secret */
+      key_rec f = *k;
+      f.secret[(r >> 8) % 16] ^= (uint8_t)(1 + (r >> 16) % 255);
+      return pkt_import(b, &f, r >> 24);
+    }
+    case 9: { /* a reply type */
+      put_header(b, (r >> 8) & 1 ? 2 : 4, 64, r);
+      memset(b + 24, 0, 40);
+      return 64;
+    }
+    case 10: /* an export id that does not exist */
+      n = pkt_import(b, k, 9);
+      memcpy(b + 24, &(uint64_t){r | 1}, 8);
+      return n;
+    default: /* an empty packet */
+      return 0;
+  }
+}
+
+typedef struct flood_arg {
+  char (*keys)[KEYLEN];
+  double seconds;
+  int index;
+} flood_arg;
+
+typedef struct flood_stats {
+  uint64_t packets, connections, dropped, fds_received;
+} flood_stats;
+
+static int flood_hostile(chan *c, void *argp) {
+  flood_arg *a = argp;
+  uint64_t rs = (uint64_t)getpid() * 0x2545F4914F6CDD1Dull;
+  flood_stats st = {0, 0, 0, 0};
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  double t0 = now_s();
+  static uint8_t b[8192];
+  while (now_s() - t0 < a->seconds) {
+    key_rec k = key_decode(a->keys[xs(&rs) % FLOOD_KEYS]);
+    int sock = raw_connect(a->keys[0]);
+    if (sock < 0) {
+      usleep(1000);
+      continue;
+    }
+    st.connections++;
+    int burst = 1 + (int)(xs(&rs) % 24);
+    int read_replies = xs(&rs) % 4 != 0;
+    for (int i = 0; i < burst; i++) {
+      int attach;
+      size_t n = hostile_packet(&rs, &k, b, sizeof b, &attach);
+      ssize_t s = raw_send(sock, b, n, attach ? devnull : -1);
+      if (s < 0 && errno == EAGAIN) continue; /* its queue is full: it is not reading, or busy */
+      if (s < 0) {
+        st.dropped++;
+        break;
+      }
+      st.packets++;
+      if (read_replies) {
+        int fds[4], nfd;
+        struct pollfd p = {sock, POLLIN, 0};
+        if (poll(&p, 1, 2) > 0) {
+          ssize_t r = raw_recv(sock, b, sizeof b, fds, &nfd, MSG_DONTWAIT);
+          st.fds_received += (uint64_t)nfd;
+          for (int j = 0; j < nfd; j++) close(fds[j]);
+          if (r == 0) {
+            st.dropped++;
+            break;
+          }
+        }
+      }
+    }
+    switch (xs(&rs) % 3) {
+      case 0: shutdown(sock, SHUT_WR); break; /* half-close, then go */
+      default: break;                         /* just go, replies unread */
+    }
+    close(sock);
+  }
+  close(devnull);
+  to_parent(c, &st, sizeof st);
+  return 0;
+}
+
+typedef struct worker_stats {
+  uint64_t cycles;
+  double worst_s;
+} worker_stats;
+
+static int flood_worker(chan *c, void *argp) {
+  flood_arg *a = argp;
+  worker_stats st = {0, 0};
+  uint32_t gen[FLOOD_KEYS] = {0};
+  double t0 = now_s();
+  while (now_s() - t0 < a->seconds) {
+    int k = (int)(st.cycles % FLOOD_KEYS);
+    double s0 = now_s();
+    void *p = NULL;
+    CHECK_OK(aclrtIpcMemImportByKey(&p, a->keys[k], 0));
+    uint8_t *q = p;
+    CHECK(check_pattern(q, PAGE, 300u + (uint32_t)k));
+    CHECK(check_pattern(q + PAGE, PAGE, 400u + gen[k]));
+    fill_pattern(q + PAGE, PAGE, 400u + ++gen[k]);
+    CHECK_OK(aclrtIpcMemClose(a->keys[k]));
+    double dt = now_s() - s0;
+    if (dt > st.worst_s) st.worst_s = dt;
+    st.cycles++;
+  }
+  to_parent(c, &st, sizeof st);
+  th_write(c->up[1], gen, sizeof gen);
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+TEST(hostile_flood_while_an_importer_keeps_working) {
+  setenv("ASCEND_IPC_STRICT", "1", 1);
+  double seconds = under_valgrind() ? 4 : 2;
+  char keys[FLOOD_KEYS][KEYLEN];
+  uint8_t *ptr[FLOOD_KEYS];
+  for (int k = 0; k < FLOOD_KEYS; k++) {
+    ptr[k] = export_new(2 * PAGE, EXPORT_ANY, keys[k]);
+    fill_pattern(ptr[k], PAGE, 300u + (uint32_t)k);
+    fill_pattern(ptr[k] + PAGE, PAGE, 400u);
+  }
+  proc_snap start;
+  proc_snap_take(&start, 0);
+  enum { H = 3 };
+  chan c[H + 1];
+  int pid[H + 1];
+  flood_arg args[H + 1];
+  for (int i = 0; i <= H; i++) {
+    args[i] = (flood_arg){keys, seconds, i};
+    chan_open(&c[i]);
+    pid[i] = chan_spawn(&c[i], i == H ? flood_worker : flood_hostile, &args[i]);
+  }
+  flood_stats tot = {0, 0, 0, 0};
+  for (int i = 0; i < H; i++) {
+    flood_stats st;
+    from_child(&c[i], &st, sizeof st);
+    tot.packets += st.packets;
+    tot.connections += st.connections;
+    tot.dropped += st.dropped;
+    tot.fds_received += st.fds_received;
+  }
+  worker_stats ws;
+  uint32_t gen[FLOOD_KEYS];
+  from_child(&c[H], &ws, sizeof ws);
+  th_read(c[H].up[0], gen, sizeof gen);
+  for (int i = 0; i <= H; i++) {
+    CHECK_EQ(th_wait(pid[i]), 0);
+    chan_close(&c[i]);
+  }
+  fprintf(stderr,
+          "  flood: %llu hostile packets on %llu connections (%llu dropped by the exporter mid-burst); "
+          "meanwhile %llu clean import/check/write/close cycles, worst %.1f ms\n",
+          (unsigned long long)tot.packets, (unsigned long long)tot.connections, (unsigned long long)tot.dropped,
+          (unsigned long long)ws.cycles, ws.worst_s * 1e3);
+  CHECK(ws.cycles > 50);
+  CHECK(ws.worst_s < 1.0);
+  for (int k = 0; k < FLOOD_KEYS; k++) {
+    CHECK(check_pattern(ptr[k], PAGE, 300u + (uint32_t)k));
+    CHECK(check_pattern(ptr[k] + PAGE, PAGE, 400u + gen[k]));
+  }
+  /* every hostile connection is gone, with whatever it held */
+  proc_snap_expect(&start, 0, 5, "exporter after the flood");
+  proc_snap_free(&start);
+  for (int k = 0; k < FLOOD_KEYS; k++) {
+    CHECK_OK(aclrtIpcMemClose(keys[k])); /* strict */
+    CHECK_OK(aclrtFree(ptr[k]));
+  }
+  CHECK_OK(aclFinalize());
+}
+
+/* ---- a hostile exporter ------------------------------------------------------------------------ */
+
+/* This process plays an exporter by hand: it listens under its own pid and a
+ * made-up nonce, and answers every IMPORT with a malformed reply; the
+ * importer (a child) must fail each import with a code and a message, keep
+ * no descriptor it was handed, and go on working. */
+
+typedef struct fake_case {
+  const char *what;
+  int fds;       /* descriptors to attach: 0, 1 (a small memfd), 3 */
+  uint32_t flags; /* reply flags */
+  uint64_t offset, size;
+  int32_t status;
+  int bad_req, text_len, raw_len;
+} fake_case;
+
+static const fake_case fake_cases[] = {
+    {"garbage bytes", 0, 0, 0, 0, 0, 0, 0, 100},
+    {"success without the promised fd", 0, 1, 0, PAGE, 0, 0, 0, 0},
+    {"success, range beyond the memory sent", 1, 1, 0, 1 << 20, 0, 0, 0, 0},
+    {"success, offset beyond the memory sent", 1, 1, 1ull << 30, PAGE, 0, 0, 0, 0},
+    {"three descriptors", 3, 1, 0, PAGE, 0, 0, 0, 0},
+    {"reply to another request", 1, 1, 0, PAGE, 0, 1, 0, 0},
+    {"unaligned size", 1, 1, 0, 100, 0, 0, 0, 0},
+    {"unknown status", 0, 0, 0, 0, 12345, 0, 0, 0},
+    {"failure carrying a mapping", 1, 1, 0, PAGE, 507022, 0, 0, 0},
+    {"text length beyond the packet", 0, 0, 0, 0, 507022, 0, 300, 0},
+    {"truncated reply", 0, 0, 0, 0, 0, 0, 0, 30},
+};
+#define N_FAKE (int)(sizeof fake_cases / sizeof *fake_cases)
+
+static int fake_importer(chan *c, void *arg) {
+  (void)arg;
+  char key[KEYLEN];
+  from_parent(c, key, KEYLEN);
+  proc_snap start;
+  proc_snap_take(&start, 0);
+  for (int i = 0; i < N_FAKE; i++) {
+    void *p = NULL;
+    double t0 = now_s();
+    aclError rc = aclrtIpcMemImportByKey(&p, key, 0);
+    const char *m = aclGetRecentErrMsg();
+    if (rc == ACL_SUCCESS || !m || !*m || p != NULL)
+      th_fail(__FILE__, __LINE__, "case \"%s\": import returned %d (%s)", fake_cases[i].what, rc, m ? m : "no message");
+    CHECK(now_s() - t0 < 5);
+    send_int(c->up[1], rc);
+  }
+  CHECK_OK(aclFinalize());
+  /* nothing it was handed is still open or mapped */
+  proc_snap_expect(&start, 0, 0, "importer of a hostile exporter");
+  proc_snap_free(&start);
+  return 0;
+}
+
+TEST(hostile_exporter_replies_fail_cleanly) {
+  set_timeout_ms(under_valgrind() ? 3000 : 500);
+  key_rec k;
+  memset(&k, 0, sizeof k);
+  k.pid = (uint32_t)getpid();
+  k.nonce = 0x5eed5eed5eed5eedull;
+  k.id = 42;
+  char key[KEYLEN];
+  key_encode(&k, key);
+  struct sockaddr_un sa;
+  unsigned salen = sockaddr_of(&sa, k.pid, k.nonce);
+  int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  CHECK(ls >= 0);
+  CHECK(bind(ls, (struct sockaddr *)&sa, salen) == 0);
+  CHECK(listen(ls, 16) == 0);
+  int mfd = memfd_create("fake_arena", MFD_CLOEXEC);
+  CHECK(mfd >= 0 && ftruncate(mfd, PAGE) == 0);
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, fake_importer, NULL);
+  to_child(&c, key, KEYLEN);
+  int conn = -1;
+  for (int i = 0; i < N_FAKE; i++) {
+    const fake_case *fc = &fake_cases[i];
+    if (conn < 0) {
+      conn = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+      CHECK(conn >= 0);
+    }
+    uint8_t b[1024];
+    int nfd;
+    ssize_t r = raw_recv(conn, b, sizeof b, NULL, &nfd, 0);
+    CHECK(r == 56 && b[6] == 1); /* an IMPORT */
+    uint64_t req;
+    memcpy(&req, b + 16, 8);
+    size_t n;
+    if (fc->raw_len) {
+      n = (size_t)fc->raw_len;
+      for (size_t j = 0; j < n; j++) b[j] = (uint8_t)(j * 13 + 7);
+      if (n >= 24) put_header(b, 2, (uint32_t)n, req);
+    } else {
+      n = 64;
+      put_header(b, 2, 64, fc->bad_req ? req + 1000 : req);
+      memset(b + 24, 0, 40);
+      memcpy(b + 24, &fc->status, 4);
+      memcpy(b + 28, &fc->flags, 4);
+      memcpy(b + 40, &fc->offset, 8);
+      memcpy(b + 48, &fc->size, 8);
+      uint32_t tl = (uint32_t)fc->text_len, slot = 0xffffffffu;
+      memcpy(b + 56, &tl, 4);
+      if (fc->status == 0) memcpy(b + 60, &slot, 4);
+    }
+    int ok;
+    if (fc->fds == 3) {
+      int three[3] = {mfd, mfd, mfd};
+      struct iovec iov = {b, n};
+      union {
+        char buf[CMSG_SPACE(3 * sizeof(int))];
+        struct cmsghdr a;
+      } ctl;
+      memset(&ctl, 0, sizeof ctl);
+      struct msghdr mh;
+      memset(&mh, 0, sizeof mh);
+      mh.msg_iov = &iov;
+      mh.msg_iovlen = 1;
+      mh.msg_control = ctl.buf;
+      mh.msg_controllen = sizeof ctl.buf;
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(3 * sizeof(int));
+      memcpy(CMSG_DATA(cm), three, sizeof three);
+      ok = sendmsg(conn, &mh, MSG_NOSIGNAL) == (ssize_t)n;
+    } else {
+      ok = raw_send(conn, b, n, fc->fds ? mfd : -1) == (ssize_t)n;
+    }
+    CHECK(ok);
+    int rc = recv_int(c.up[0]);
+    fprintf(stderr, "  hostile exporter, %s -> %d\n", fc->what, rc);
+    /* the next case on a connection of its own (the importer reconnects) */
+    close(conn);
+    conn = -1;
+  }
+  CHECK_EQ(th_wait(pid), 0);
+  if (conn >= 0) close(conn);
+  close(ls);
+  close(mfd);
+  chan_close(&c);
+}
