@@ -6,6 +6,7 @@
 #include <sys/random.h>
 
 #include "core/error.h"
+#include "core/le.h"
 
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
@@ -26,29 +27,12 @@ static const int8_t b64_table[256] = {
 
 static int b64_value(unsigned char c) { return b64_table[c]; }
 
-static void put32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-  return v;
-}
-static uint64_t get64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
-
 void aipc__key_format(const aipc__key *k, char out[AIPC_KEY_CHARS + 1]) {
   uint8_t r[AIPC_KEY_RECORD_LEN];
-  put32(r, k->pid);
-  put32(r + 4, k->sdid);
-  put64(r + 8, k->nonce);
-  put64(r + 16, k->export_id);
+  aipc__put32(r, k->pid);
+  aipc__put32(r + 4, k->sdid);
+  aipc__put64(r + 8, k->nonce);
+  aipc__put64(r + 16, k->export_id);
   memcpy(r + 24, k->secret, AIPC_SECRET_LEN);
   memcpy(out, AIPC_KEY_PREFIX, AIPC_KEY_PREFIX_LEN);
   char *o = out + AIPC_KEY_PREFIX_LEN;
@@ -108,10 +92,10 @@ aclError aipc__key_parse(const char *call, const char *key, aipc__key *out) {
   r[j] = (uint8_t)(v[0] << 2 | v[1] >> 4);
 
   aipc__key k;
-  k.pid = get32(r);
-  k.sdid = get32(r + 4);
-  k.nonce = get64(r + 8);
-  k.export_id = get64(r + 16);
+  k.pid = aipc__get32(r);
+  k.sdid = aipc__get32(r + 4);
+  k.nonce = aipc__get64(r + 8);
+  k.export_id = aipc__get64(r + 16);
   memcpy(k.secret, r + 24, AIPC_SECRET_LEN);
   if (k.pid == 0 || k.pid > INT32_MAX)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key names process %u, which cannot exist (forged or damaged key)",

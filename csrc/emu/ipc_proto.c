@@ -6,29 +6,8 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/le.h"
 #include "emu/emu.h"
-
-static void put16(uint8_t *p, uint16_t v) {
-  p[0] = (uint8_t)v;
-  p[1] = (uint8_t)(v >> 8);
-}
-static void put32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t get32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-  return v;
-}
-static uint64_t get64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
 
 static size_t body_len(uint16_t type, uint32_t text_len) {
   switch (type) {
@@ -45,39 +24,39 @@ size_t aipc__proto_encode(aipc__msg *m, uint8_t buf[AIPC_PROTO_MAX]) {
   if (m->type != AIPC_MSG_IMPORT_REPLY && m->type != AIPC_MSG_ERROR) m->text_len = 0;
   if (m->text_len > AIPC_PROTO_TEXT_MAX) m->text_len = AIPC_PROTO_TEXT_MAX;
   size_t len = AIPC_PROTO_HEADER + body_len(m->type, m->text_len);
-  put32(buf, AIPC_PROTO_MAGIC);
-  put16(buf + 4, m->version);
-  put16(buf + 6, m->type);
-  put32(buf + 8, (uint32_t)len);
-  put32(buf + 12, 0);
-  put64(buf + 16, m->req);
+  aipc__put32(buf, AIPC_PROTO_MAGIC);
+  aipc__put16(buf + 4, m->version);
+  aipc__put16(buf + 6, m->type);
+  aipc__put32(buf + 8, (uint32_t)len);
+  aipc__put32(buf + 12, 0);
+  aipc__put64(buf + 16, m->req);
   uint8_t *b = buf + AIPC_PROTO_HEADER;
   switch (m->type) {
     case AIPC_MSG_IMPORT:
-      put64(b, m->export_id);
+      aipc__put64(b, m->export_id);
       memcpy(b + 8, m->secret, AIPC_SECRET_LEN);
-      put32(b + 24, m->flags);
-      put32(b + 28, m->sdid);
+      aipc__put32(b + 24, m->flags);
+      aipc__put32(b + 28, m->sdid);
       break;
     case AIPC_MSG_IMPORT_REPLY:
-      put32(b, (uint32_t)m->status);
-      put32(b + 4, m->flags);
-      put32(b + 8, (uint32_t)m->device);
-      put32(b + 12, m->attr);
-      put64(b + 16, m->offset);
-      put64(b + 24, m->size);
-      put32(b + 32, m->text_len);
-      put32(b + 36, m->status == ACL_SUCCESS ? m->slot : 0);
+      aipc__put32(b, (uint32_t)m->status);
+      aipc__put32(b + 4, m->flags);
+      aipc__put32(b + 8, (uint32_t)m->device);
+      aipc__put32(b + 12, m->attr);
+      aipc__put64(b + 16, m->offset);
+      aipc__put64(b + 24, m->size);
+      aipc__put32(b + 32, m->text_len);
+      aipc__put32(b + 36, m->status == ACL_SUCCESS ? m->slot : 0);
       memcpy(b + 40, m->text, m->text_len);
       break;
     case AIPC_MSG_RELEASE:
-      put64(b, m->export_id);
-      put32(b + 8, m->count);
-      put32(b + 12, 0);
+      aipc__put64(b, m->export_id);
+      aipc__put32(b + 8, m->count);
+      aipc__put32(b + 12, 0);
       break;
     case AIPC_MSG_ERROR:
-      put32(b, (uint32_t)m->status);
-      put32(b + 4, m->text_len);
+      aipc__put32(b, (uint32_t)m->status);
+      aipc__put32(b + 4, m->text_len);
       memcpy(b + 8, m->text, m->text_len);
       break;
   }
@@ -104,40 +83,40 @@ aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg
   *why = NULL;
   if (len < AIPC_PROTO_HEADER) BAD("shorter than a header");
   if (len > AIPC_PROTO_MAX) BAD("longer than any message");
-  if (get32(buf) != AIPC_PROTO_MAGIC) BAD("bad magic");
+  if (aipc__get32(buf) != AIPC_PROTO_MAGIC) BAD("bad magic");
   memset(m, 0, offsetof(aipc__msg, text) + 1);
-  m->version = get16(buf + 4);
-  m->type = get16(buf + 6);
-  uint32_t length = get32(buf + 8);
-  m->req = get64(buf + 16);
+  m->version = aipc__get16(buf + 4);
+  m->type = aipc__get16(buf + 6);
+  uint32_t length = aipc__get32(buf + 8);
+  m->req = aipc__get64(buf + 16);
   if (length != len) BAD("length field differs from the packet size");
   if (m->version != AIPC_PROTO_VERSION) {
     *why = "unsupported protocol version";
     return AIPC_DECODE_VERSION;
   }
-  if (get32(buf + 12) != 0) BAD("reserved header field is not 0");
+  if (aipc__get32(buf + 12) != 0) BAD("reserved header field is not 0");
   const uint8_t *b = buf + AIPC_PROTO_HEADER;
   size_t blen = len - AIPC_PROTO_HEADER;
   switch (m->type) {
     case AIPC_MSG_IMPORT:
       if (blen != 32) BAD("IMPORT has the wrong length");
-      m->export_id = get64(b);
+      m->export_id = aipc__get64(b);
       memcpy(m->secret, b + 8, AIPC_SECRET_LEN);
-      m->flags = get32(b + 24);
-      m->sdid = get32(b + 28);
+      m->flags = aipc__get32(b + 24);
+      m->sdid = aipc__get32(b + 28);
       if (m->export_id == 0) BAD("IMPORT of export id 0");
       if (m->flags > ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS) BAD("IMPORT with unknown flags");
       return AIPC_DECODE_OK;
     case AIPC_MSG_IMPORT_REPLY:
       if (blen < 40) BAD("IMPORT_REPLY is too short");
-      m->status = (aclError)get32(b);
-      m->flags = get32(b + 4);
-      m->device = (int32_t)get32(b + 8);
-      m->attr = get32(b + 12);
-      m->offset = get64(b + 16);
-      m->size = get64(b + 24);
-      m->text_len = get32(b + 32);
-      m->slot = get32(b + 36);
+      m->status = (aclError)aipc__get32(b);
+      m->flags = aipc__get32(b + 4);
+      m->device = (int32_t)aipc__get32(b + 8);
+      m->attr = aipc__get32(b + 12);
+      m->offset = aipc__get64(b + 16);
+      m->size = aipc__get64(b + 24);
+      m->text_len = aipc__get32(b + 32);
+      m->slot = aipc__get32(b + 36);
       if (m->text_len > AIPC_PROTO_TEXT_MAX || blen != 40 + (size_t)m->text_len)
         BAD("IMPORT_REPLY text length is wrong");
       if (!printable(b + 40, m->text_len)) BAD("IMPORT_REPLY text is not printable");
@@ -161,15 +140,15 @@ aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg
       return AIPC_DECODE_OK;
     case AIPC_MSG_RELEASE:
       if (blen != 16) BAD("RELEASE has the wrong length");
-      m->export_id = get64(b);
-      m->count = get32(b + 8);
-      if (get32(b + 12) != 0) BAD("reserved RELEASE field is not 0");
+      m->export_id = aipc__get64(b);
+      m->count = aipc__get32(b + 8);
+      if (aipc__get32(b + 12) != 0) BAD("reserved RELEASE field is not 0");
       if (m->export_id == 0 || m->count == 0) BAD("RELEASE of export id 0 or of 0 references");
       return AIPC_DECODE_OK;
     case AIPC_MSG_ERROR:
       if (blen < 8) BAD("ERROR is too short");
-      m->status = (aclError)get32(b);
-      m->text_len = get32(b + 4);
+      m->status = (aclError)aipc__get32(b);
+      m->text_len = aipc__get32(b + 4);
       if (m->text_len > AIPC_PROTO_TEXT_MAX || blen != 8 + (size_t)m->text_len) BAD("ERROR text length is wrong");
       if (!printable(b + 8, m->text_len)) BAD("ERROR text is not printable");
       if (!known_error(m->status)) BAD("ERROR with an unknown status");
