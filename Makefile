@@ -4,6 +4,8 @@
 #   make demo       the main job on the emulated default device
 #   make test-c SAN=1     C tests under ASan+UBSan (in build-asan/)
 #   make valgrind   C tests under valgrind
+#   make stress     the load test at full size
+#   make fuzz       FUZZ_TIME seconds of fuzzing per target; make fuzz-replay: the corpus
 
 CC ?= cc
 PYTHON ?= python3
@@ -125,4 +127,6 @@ demo: $(VENV)/.installed
 	$(VPY) -m ascend_ipc.demo
 
 clean:
-	rm -rf build build-asan $(VENV)/.installed $(ASAN_VENV)
+	rm -rf build build-asan build-fuzz $(VENV)/.installed $(ASAN_VENV)
+
+include tests/reliability.mk

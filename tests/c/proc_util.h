@@ -119,7 +119,7 @@ static inline void proc_snap_take(proc_snap *s, int pid) {
     if (!cont) s->n_maps++;
     if (strncmp(p, "/memfd:", 7) != 0) continue;
     CHECK(s->n_memfd < PS_MAX_MEMFD);
-    snprintf(s->memfd[s->n_memfd++], sizeof s->memfd[0], "%lx %s %lx %s", hi - lo, perms, off, p);
+    snprintf(s->memfd[s->n_memfd++], sizeof s->memfd[0], "%lx %.7s %lx %.80s", hi - lo, perms, off, p);
   }
   fclose(f);
   qsort(s->memfd, (size_t)s->n_memfd, sizeof s->memfd[0], ps_cmp_str_);
@@ -236,6 +236,14 @@ static inline void proc_snap_expect_kept(const proc_snap *start, int pid, double
     proc_snap_free(&now);
     usleep(5000);
   }
+}
+
+/* For a forked helper process: ends it (SIGALRM) if it outlives the test's
+ * time limit, so that a hang leaves no orphan behind. */
+static inline void child_deadline(void) {
+  const char *t = getenv("TEST_TIMEOUT");
+  int s = t ? atoi(t) : 0;
+  alarm((unsigned)(s > 0 ? s : 60) + 5);
 }
 
 /* Descriptors that are memfds whose name starts with prefix. */

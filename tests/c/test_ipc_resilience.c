@@ -20,6 +20,12 @@
  * Each keeps to the promise in docs/reliability.md: a code and a message,
  * never a crash or a hang; nothing lost; descriptors and mappings back to
  * where they were.
+ *
+ * Three tests here fail on the current core, each for an open bug described
+ * in docs/reliability.md ("Open bugs"): stopped_exporter_every_call_bounded_
+ * by_the_timeout, timed_out_import_leaves_no_reference_behind and
+ * fd_limit_in_the_importer_error_names_the_cause. AIPC_SKIP_KNOWN_BUGS=1
+ * skips them (saying so) until they are fixed.
  */
 #define _GNU_SOURCE
 #include <poll.h>
@@ -36,6 +42,16 @@ static uint64_t xs(uint64_t *s) {
   x ^= x >> 7;
   x ^= x << 17;
   return *s = x ? x : 0x9E3779B97F4A7C15ull;
+}
+
+/* The tests of open core bugs (listed in docs/reliability.md) fail until the
+ * bug is fixed. AIPC_SKIP_KNOWN_BUGS=1 skips them, loudly, for a run that
+ * must be green meanwhile. */
+static int skip_known_bug(const char *what) {
+  const char *s = getenv("AIPC_SKIP_KNOWN_BUGS");
+  if (!s || strcmp(s, "1") != 0) return 0;
+  printf("  (SKIPPED: open core bug, %s; see docs/reliability.md)\n", what);
+  return 1;
 }
 
 static void set_timeout_ms(int ms) {
@@ -184,6 +200,7 @@ typedef struct k9_arg {
 /* Loops until told to stop (or killed): random imports, holds, closes, and
  * writes to its own page of each key. Holds its private key all along. */
 static int k9_importer(chan *c, void *argp) {
+  child_deadline();
   k9_arg *a = argp;
   void *priv = NULL;
   CHECK_OK(aclrtIpcMemImportByKey(&priv, a->private_key, 0));
@@ -233,7 +250,7 @@ TEST(kill9_importers_mid_loop_counts_recover) {
   uint64_t rs = (uint64_t)getpid() * 77u + 1;
   /* a warm-up, so that the count starts with the server thread's leftovers */
   {
-    char key[KEYLEN];
+    char key[KEYLEN] = {0};
     void *p = export_new(PAGE, EXPORT_ANY, key);
     CHECK_OK(aclrtIpcMemClose(key));
     CHECK_OK(aclrtFree(p));
@@ -312,6 +329,7 @@ static uint64_t fnv1a(const void *p, size_t n) {
 static size_t kx_size(int k) { return PAGE << (k % 5); } /* 4 KiB .. 64 KiB */
 
 static int kx_exporter(chan *c, void *arg) {
+  child_deadline();
   (void)arg;
   char keys[KX_HELD + KX_FRESH][KEYLEN];
   for (int k = 0; k < KX_HELD + KX_FRESH; k++) {
@@ -331,6 +349,7 @@ typedef struct kx_arg {
 } kx_arg;
 
 static int kx_importer(chan *c, void *argp) {
+  child_deadline();
   kx_arg *a = argp;
   proc_snap start;
   proc_snap_take(&start, 0);
@@ -437,6 +456,7 @@ TEST(kill9_exporter_under_many_importers_data_intact) {
 /* ---- a stopped exporter stalls only what needs it ------------------------------------------- */
 
 static int one_key_exporter(chan *c, void *arg) {
+  child_deadline();
   int n = arg ? *(int *)arg : 1;
   setenv("ASCEND_IPC_STRICT", "1", 1);
   char keys[4][KEYLEN];
@@ -534,6 +554,7 @@ TEST(stopped_exporter_stalls_only_its_own_imports) {
  * a close, or another import, must not queue behind the stalled import for
  * the connection. */
 TEST(stopped_exporter_every_call_bounded_by_the_timeout) {
+  if (skip_known_bug("a close or import waits behind another thread's stalled import")) return;
   int timeout_ms = under_valgrind() ? 3000 : 800;
   set_timeout_ms(timeout_ms);
   double T = timeout_ms / 1000.0;
@@ -584,6 +605,7 @@ TEST(stopped_exporter_every_call_bounded_by_the_timeout) {
  * naming a process that holds nothing, and a default close keeps the memory
  * allocated. The reference must come back without another call. */
 TEST(timed_out_import_leaves_no_reference_behind) {
+  if (skip_known_bug("a timed-out import leaves a reference counted in the exporter")) return;
   int timeout_ms = under_valgrind() ? 2000 : 300;
   set_timeout_ms(timeout_ms);
   int one = 1;
@@ -616,17 +638,34 @@ typedef struct fork_ctx {
   void *k1_ptr;                /* held across the fork */
   uint8_t *e1_ptr;
   int stop;
+  int hold;   /* the threads park (between calls) while set */
+  int parked; /* how many are parked */
   long rounds;
 } fork_ctx;
+
+/* ASan's allocator is not fork-safe while other threads allocate: the child
+ * may inherit one of its locks held (and hang in its first malloc). Under
+ * ASan the traffic threads park between calls at the fork instead. */
+#if defined(__SANITIZE_ADDRESS__)
+#define FORK_WITH_TRAFFIC 0
+#else
+#define FORK_WITH_TRAFFIC 1
+#endif
 
 static void *fork_traffic(void *arg) {
   fork_ctx *f = arg;
   while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&f->hold, __ATOMIC_ACQUIRE)) {
+      __atomic_add_fetch(&f->parked, 1, __ATOMIC_ACQ_REL);
+      while (__atomic_load_n(&f->hold, __ATOMIC_ACQUIRE)) usleep(200);
+      __atomic_sub_fetch(&f->parked, 1, __ATOMIC_ACQ_REL);
+      continue;
+    }
     void *p = NULL;
     CHECK_OK(aclrtIpcMemImportByKey(&p, f->k2, 0));
     CHECK(check_pattern(p, 64 * KiB, 701u));
     CHECK_OK(aclrtIpcMemClose(f->k2));
-    char key[KEYLEN];
+    char key[KEYLEN] = {0};
     void *q = export_new(PAGE, EXPORT_ANY, key);
     CHECK_OK(aclrtIpcMemClose(key));
     CHECK_OK(aclrtFree(q));
@@ -637,6 +676,7 @@ static void *fork_traffic(void *arg) {
 
 static int fork_child_session(chan *c, void *arg) {
   fork_ctx *f = arg;
+  child_deadline(); /* a child that hangs must not outlive the test */
   proc_snap start;
   proc_snap_take(&start, 0);
   int32_t me = getpid();
@@ -714,7 +754,12 @@ TEST(fork_mid_session_with_live_exports_imports_and_traffic) {
     while (__atomic_load_n(&f.rounds, __ATOMIC_RELAXED) < 20 * (round + 1)) usleep(100);
     chan c;
     chan_open(&c);
+    if (!FORK_WITH_TRAFFIC) {
+      __atomic_store_n(&f.hold, 1, __ATOMIC_RELEASE);
+      while (__atomic_load_n(&f.parked, __ATOMIC_ACQUIRE) < 2) usleep(100);
+    }
     int pid = chan_spawn(&c, fork_child_session, &f); /* while the threads are at it */
+    __atomic_store_n(&f.hold, 0, __ATOMIC_RELEASE);
     char kc[KEYLEN];
     from_child(&c, kc, KEYLEN);
     void *p = NULL;
@@ -800,8 +845,17 @@ static void fd_release(int *fds, int n) {
  * descriptors cannot be received (MSG_CTRUNC): the failure is this
  * process's descriptor limit, and the message must say so, not blame the
  * exporter for a "malformed reply". */
+static char g_last_msg[1024]; /* the message of import_expect_failure's failure */
 static aclError import_expect_failure(const char *key, void **p);
+static int skip_under_valgrind(void) {
+  if (!under_valgrind()) return 0;
+  printf("  (skipped under valgrind: it keeps descriptors of its own under RLIMIT_NOFILE)\n");
+  return 1;
+}
+
 TEST(fd_limit_in_the_importer_error_names_the_cause) {
+  if (skip_under_valgrind()) return;
+  if (skip_known_bug("out of descriptors reported as the exporter's malformed reply")) return;
   int one = 1;
   chan cx;
   chan_open(&cx);
@@ -815,8 +869,10 @@ TEST(fd_limit_in_the_importer_error_names_the_cause) {
     void *p;
     fprintf(stderr, "  importer with %d descriptor(s) to spare:\n", spare);
     import_expect_failure(kx, &p);
-    const char *m = aclGetRecentErrMsg();
-    if (!(strstr(m, "descriptor") || strstr(m, "open files") || strstr(m, "RLIMIT_NOFILE"))) bad++;
+    const char *m = g_last_msg;
+    int names_it = strstr(m, "open files") || strstr(m, "RLIMIT_NOFILE") || strstr(m, "out of file descriptors") ||
+                   strstr(m, "out of descriptors");
+    if (!names_it || strstr(m, "malformed")) bad++;
     fd_release(fds, n);
     CHECK_OK(aclFinalize());
   }
@@ -838,10 +894,12 @@ static aclError import_expect_failure(const char *key, void **p) {
   CHECK(*p == NULL);
   CHECK(now_s() - t0 < 5);
   fprintf(stderr, "    -> %d: %s\n", rc, m);
+  snprintf(g_last_msg, sizeof g_last_msg, "%s", m);
   return rc;
 }
 
 TEST(fd_limit_in_the_importer_clear_error_then_recovery) {
+  if (skip_under_valgrind()) return;
   int two = 2;
   chan cx;
   chan_open(&cx);
@@ -881,9 +939,10 @@ TEST(fd_limit_in_the_importer_clear_error_then_recovery) {
 static int g_fds[70000], g_nfds; /* the exporter's dummy descriptors */
 
 static int fdlim_importer(chan *c, void *arg) {
+  child_deadline();
   (void)arg;
   fd_release(g_fds, g_nfds); /* what it inherited of them: its own copies */
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   from_parent(c, key, KEYLEN);
   void *p = NULL;
   aclError rc = aclrtIpcMemImportByKey(&p, key, 0);
@@ -896,6 +955,7 @@ static int fdlim_importer(chan *c, void *arg) {
 }
 
 TEST(fd_limit_in_the_exporter_clear_error_then_recovery) {
+  if (skip_under_valgrind()) return;
   setenv("ASCEND_IPC_STRICT", "1", 1);
   int timeout_ms = under_valgrind() ? 3000 : 500;
   set_timeout_ms(timeout_ms);
@@ -971,6 +1031,7 @@ TEST(fd_limit_in_the_exporter_clear_error_then_recovery) {
 /* ---- a hostile importer and its release ledger --------------------------------------------- */
 
 static int holder_child(chan *c, void *arg) {
+  child_deadline();
   (void)arg;
   char keys[2][KEYLEN];
   from_parent(c, keys, sizeof keys);
@@ -1019,6 +1080,7 @@ static uint32_t raw_import(int sock, const char *key, uint64_t req, uint32_t **l
 }
 
 static int ledger_vandal(chan *c, void *arg) {
+  child_deadline();
   (void)arg;
   char keys[2][KEYLEN];
   from_parent(c, keys, sizeof keys);
@@ -1153,6 +1215,7 @@ typedef struct flood_stats {
 } flood_stats;
 
 static int flood_hostile(chan *c, void *argp) {
+  child_deadline();
   flood_arg *a = argp;
   uint64_t rs = (uint64_t)getpid() * 0x2545F4914F6CDD1Dull;
   flood_stats st = {0, 0, 0, 0};
@@ -1210,6 +1273,7 @@ typedef struct worker_stats {
 } worker_stats;
 
 static int flood_worker(chan *c, void *argp) {
+  child_deadline();
   flood_arg *a = argp;
   worker_stats st = {0, 0};
   uint32_t gen[FLOOD_KEYS] = {0};
@@ -1325,8 +1389,9 @@ static const fake_case fake_cases[] = {
 #define N_FAKE (int)(sizeof fake_cases / sizeof *fake_cases)
 
 static int fake_importer(chan *c, void *arg) {
+  child_deadline();
   (void)arg;
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   from_parent(c, key, KEYLEN);
   proc_snap start;
   proc_snap_take(&start, 0);
@@ -1354,7 +1419,7 @@ TEST(hostile_exporter_replies_fail_cleanly) {
   k.pid = (uint32_t)getpid();
   k.nonce = 0x5eed5eed5eed5eedull;
   k.id = 42;
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   key_encode(&k, key);
   struct sockaddr_un sa;
   unsigned salen = sockaddr_of(&sa, k.pid, k.nonce);

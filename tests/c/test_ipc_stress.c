@@ -139,7 +139,7 @@ static void importer_warm_up(const stress_cfg *c, char (*keys)[KEYLEN], shared_p
   }
   double t0 = now_s();
   for (int s = 0;; s = (s + 1) % c->churn) {
-    char key[KEYLEN];
+    char key[KEYLEN] = {0};
     uint32_t gen, size;
     if (!slot_read(&sh->slot[s], key, &gen, &size)) continue;
     void *p = NULL;
@@ -155,6 +155,7 @@ static int importer_main(chan *ch, void *argp) {
   imp_arg *a = argp;
   const stress_cfg *c = &a->cfg;
   int me = a->index;
+  child_deadline();
   proc_snap start, warm;
   proc_snap_take(&start, 0); /* before any IPC */
 
@@ -238,7 +239,7 @@ static int importer_main(chan *ch, void *argp) {
       }
     } else {
       /* a key of the churning process, which may be closing it right now */
-      char key[KEYLEN];
+      char key[KEYLEN] = {0};
       uint32_t g, size;
       int s = (int)((r >> 16) % (uint64_t)c->churn);
       if (!slot_read(&a->shared->slot[s], key, &g, &size)) continue;
@@ -303,7 +304,7 @@ static int warm_importer(void *key) {
 
 static void *warm_thread(void *arg) {
   (void)arg;
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);
   CHECK_OK(aclrtIpcMemClose(key));
   CHECK_OK(aclrtFree(p));
@@ -316,7 +317,7 @@ static void *warm_thread(void *arg) {
  * everything it will do: a served importer, and with extra_thread a second
  * thread of its own exporting at the same time. */
 static void warm_up_exporter(int extra_thread) {
-  char key[KEYLEN];
+  char key[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);
   int pid = th_spawn(warm_importer, key);
   pthread_t t;
@@ -338,6 +339,7 @@ static int churn_main(chan *ch, void *argp) {
   imp_arg *a = argp;
   const stress_cfg *c = &a->cfg;
   shared_page *sh = a->shared;
+  child_deadline();
   /* closes while imported are the point here: the default (deferred) mode */
   setenv("ASCEND_IPC_STRICT", "0", 1);
   warm_up_exporter(0);
@@ -403,7 +405,7 @@ static void *exporter_churn_thread(void *arg) {
   int32_t me = getpid();
   while (!__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE)) {
     CHECK_OK(aclrtSetDevice((int32_t)(t->n % (uint64_t)t->devices)));
-    char key[KEYLEN];
+    char key[KEYLEN] = {0};
     void *p = export_new(PAGE, t->n & 1 ? EXPORT_ANY : EXPORT_DEFAULT, key);
     if (!(t->n & 1)) CHECK_OK(aclrtIpcMemSetImportPid(key, &me, 1));
     void *q = NULL;

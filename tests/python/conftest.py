@@ -29,6 +29,10 @@ os.environ.setdefault("ASCEND_IPC_PROVIDER", "emulated")
 
 import aipc_workers  # noqa: E402  (imports ascend_ipc, which selects the provider)
 
+# Every test is checked for leaked descriptors, device memory, mappings and child
+# processes (tests/python/leakcheck.py).
+pytest_plugins = ["leakcheck"]
+
 DEFAULT_TIMEOUT = float(os.environ.get("ASCEND_IPC_TEST_TIMEOUT", "600"))
 START_METHODS = ("spawn", "fork", "forkserver")
 

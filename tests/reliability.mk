@@ -1,0 +1,81 @@
+# The reliability suite's make targets (docs/reliability.md). Included by
+# the Makefile (`include tests/reliability.mk`, after its own variables).
+#
+#   make stress        the load test at full size: 256 exports, 16 importer
+#                      processes x 50,000 cycles (the CI run of the same test,
+#                      in `make test-c`, is 4 x 400); figures in $(BUILD)/stress.json
+#   make fuzz-replay   every fuzz target, built with gcc and ASan+UBSan, over
+#                      the committed corpus (tests/fuzz/corpus/<target>), then
+#                      FUZZ_RUNS coverage-guided mutations each (fixed seed): CI
+#   make fuzz          FUZZ_TIME seconds of fuzzing per target: libFuzzer when
+#                      clang is installed, else the gcc driver (coverage-guided
+#                      through -fsanitize-coverage=trace-pc); new inputs go to
+#                      $(FUZZ_OUT)/corpus-<target>, crashes to $(FUZZ_OUT)/
+
+STRESS_IMPORTERS ?= 16
+STRESS_CYCLES ?= 50000
+STRESS_EXPORTS ?= 256
+
+.PHONY: stress fuzz fuzz-replay fuzz-build
+
+stress: $(BUILD)/tests/test_ipc_stress
+	STRESS_IMPORTERS=$(STRESS_IMPORTERS) STRESS_CYCLES=$(STRESS_CYCLES) STRESS_EXPORTS=$(STRESS_EXPORTS) \
+	  STRESS_REPORT=$(BUILD)/stress.json TEST_TIMEOUT=3600 $(BUILD)/tests/test_ipc_stress
+
+# ---- fuzzing -------------------------------------------------------------------
+
+FUZZ_OUT ?= build-fuzz
+FUZZ_TIME ?= 60
+FUZZ_RUNS ?= 20000
+FUZZ_SEED ?= 1
+FUZZ_TARGETS = key proto server
+FUZZ_CLANG ?= $(shell command -v clang 2>/dev/null || command -v clang-14 2>/dev/null || command -v clang-15 2>/dev/null || command -v clang-16 2>/dev/null)
+
+# What each target is made of: the target, and the sources it exercises.
+FUZZ_SRCS_key = tests/fuzz/fuzz_key.c csrc/core/error.c csrc/emu/ipc_key.c
+FUZZ_SRCS_proto = tests/fuzz/fuzz_proto.c csrc/core/error.c csrc/emu/ipc_proto.c
+FUZZ_SRCS_server = tests/fuzz/fuzz_server.c $(filter-out csrc/emu/ipc_server.c,$(CORE_SRCS))
+FUZZ_DEPS = $(HEADERS) $(wildcard tests/fuzz/*.h) csrc/emu/ipc_server.c $(CORE_SRCS)
+
+FUZZ_CFLAGS = -std=gnu11 -O1 -g -fno-omit-frame-pointer -pthread -Icsrc/include -Icsrc -Itests/fuzz \
+  -fsanitize=address,undefined -fno-sanitize-recover=undefined $(CFLAGS)
+
+# gcc: the standalone driver (tests/fuzz/driver.c, not instrumented), the
+# target and the sources under test with trace-pc coverage.
+$(FUZZ_OUT)/gcc/driver.o: tests/fuzz/driver.c
+	@mkdir -p $(dir $@)
+	$(CC) $(FUZZ_CFLAGS) $(WARN) -c $< -o $@
+
+$(FUZZ_OUT)/gcc/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OUT)/gcc/driver.o $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(FUZZ_CFLAGS) $(WARN) -fsanitize-coverage=trace-pc -o $@ $(FUZZ_SRCS_$*) $(FUZZ_OUT)/gcc/driver.o
+
+# clang: libFuzzer.
+$(FUZZ_OUT)/clang/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CLANG) $(FUZZ_CFLAGS) $(filter-out -Werror,$(WARN)) -fsanitize=fuzzer -o $@ $(FUZZ_SRCS_$*)
+
+FUZZ_KIND = $(if $(FUZZ_CLANG),clang,gcc)
+
+fuzz-build: $(addprefix $(FUZZ_OUT)/gcc/fuzz_,$(FUZZ_TARGETS))
+
+fuzz-replay: fuzz-build
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "== fuzz_$$t: corpus replay + $(FUZZ_RUNS) mutations (gcc driver, ASan+UBSan)"; \
+	  mkdir -p $(FUZZ_OUT)/ci-corpus-$$t; \
+	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	    $(FUZZ_OUT)/gcc/fuzz_$$t $(FUZZ_OUT)/ci-corpus-$$t tests/fuzz/corpus/$$t \
+	    -runs=$(FUZZ_RUNS) -seed=$(FUZZ_SEED) -max_len=4096 -timeout=20 -artifact_prefix=$(FUZZ_OUT)/; \
+	done
+
+fuzz: $(addprefix $(FUZZ_OUT)/$(FUZZ_KIND)/fuzz_,$(FUZZ_TARGETS))
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "== fuzz_$$t: $(FUZZ_TIME) s ($(FUZZ_KIND))"; \
+	  mkdir -p $(FUZZ_OUT)/corpus-$$t; \
+	  if ! ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	    $(FUZZ_OUT)/$(FUZZ_KIND)/fuzz_$$t $(FUZZ_OUT)/corpus-$$t tests/fuzz/corpus/$$t \
+	    -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=20 -artifact_prefix=$(FUZZ_OUT)/ \
+	    -print_final_stats=1 > $(FUZZ_OUT)/fuzz_$$t.log 2>&1; then \
+	    tail -60 $(FUZZ_OUT)/fuzz_$$t.log; echo "fuzz_$$t FAILED: the input is in $(FUZZ_OUT)/"; exit 1; fi; \
+	  grep -E "^(==driver==|Done|stat::number_of_executed_units|stat::new_units_added|#[0-9]+ *DONE)" $(FUZZ_OUT)/fuzz_$$t.log || true; \
+	done
