@@ -333,18 +333,9 @@ static rt_result roundtrip(aipc__cconn *c, aipc__msg *q, aipc__msg *a, int *fd, 
   uint64_t deadline = 0;
   for (;;) {
     uint8_t buf[AIPC_PROTO_MAX];
-    union {
-      char b[CMSG_SPACE(sizeof(int) * 4)];
-      struct cmsghdr align;
-    } ctl;
-    struct iovec iov = {buf, sizeof buf};
-    struct msghdr mh;
-    memset(&mh, 0, sizeof mh);
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctl.b;
-    mh.msg_controllen = sizeof ctl.b;
-    ssize_t r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+    int fds[AIPC_PROTO_MAX_FDS], nfd;
+    bool odd;
+    ssize_t r = aipc__proto_recv(c->fd, buf, 0, fds, &nfd, &odd);
     if (r < 0) {
       if (errno == EINTR) {
         if (!deadline) deadline = now_ms() + (uint64_t)aipc__config_get()->timeout_ms;
@@ -356,20 +347,6 @@ static rt_result roundtrip(aipc__cconn *c, aipc__msg *q, aipc__msg *a, int *fd, 
       }
       return RT_DEAD;
     }
-    int fds[8], nfd = 0;
-    bool bad_control = false;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
-        bad_control = true;
-        continue;
-      }
-      size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < k; i++) {
-        int f;
-        memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof f);
-        if (nfd < 8) fds[nfd++] = f; else close(f);
-      }
-    }
     if (r == 0) {
       for (int i = 0; i < nfd; i++) close(fds[i]);
       return RT_DEAD;
@@ -378,7 +355,7 @@ static rt_result roundtrip(aipc__cconn *c, aipc__msg *q, aipc__msg *a, int *fd, 
     int want = 0;
     if (d == AIPC_DECODE_OK && a->type == AIPC_MSG_IMPORT_REPLY)
       want = !!(a->flags & AIPC_REPLY_FD) + !!(a->flags & AIPC_REPLY_LEDGER);
-    if (d != AIPC_DECODE_OK || bad_control || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfd != want ||
+    if (d != AIPC_DECODE_OK || odd || nfd != want ||
         (a->type != AIPC_MSG_IMPORT_REPLY && a->type != AIPC_MSG_ERROR)) {
       for (int i = 0; i < nfd; i++) close(fds[i]);
       if (!*why) *why = "unexpected message or descriptors";

@@ -97,6 +97,20 @@ typedef enum aipc__decode_result {
 /* Decodes and validates the packet buf[0..len). */
 aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg *m, const char **why);
 
+#include <sys/types.h>
+
+#define AIPC_PROTO_MAX_FDS 8 /* descriptors kept from one packet; more are closed */
+
+/*
+ * Receives one packet from a SEQPACKET socket into buf (recvmsg flags, plus
+ * MSG_CMSG_CLOEXEC). Descriptors that came with it go to fds and nfds (the
+ * caller owns them; any beyond AIPC_PROTO_MAX_FDS are closed); *odd is set
+ * when it carried anything else (other control messages, truncation).
+ * Returns what recvmsg returned, with errno intact on failure.
+ */
+ssize_t aipc__proto_recv(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int fds[AIPC_PROTO_MAX_FDS],
+                         int *nfds, bool *odd);
+
 /* Sets m's text (truncated to AIPC_PROTO_TEXT_MAX, non-printables replaced). */
 void aipc__proto_set_text(aipc__msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

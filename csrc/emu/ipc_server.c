@@ -375,38 +375,13 @@ static void send_version_error(aipc__sconn *c, const aipc__msg *q) {
 }
 
 /* Closes every descriptor that rode along; returns how many control messages came. */
-static int discard_control(struct msghdr *mh) {
-  int n = 0;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
-    n++;
-    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-      size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < k; i++) {
-        int fd;
-        memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-        close(fd);
-      }
-    }
-  }
-  return n;
-}
-
 /* Serves up to max messages queued on c. g.lock held. */
 static void conn_service(aipc__sconn *c, int max) {
   for (int i = 0; i < max && !c->dead; i++) {
     uint8_t buf[AIPC_PROTO_MAX];
-    union {
-      char b[CMSG_SPACE(sizeof(int) * 8)];
-      struct cmsghdr align;
-    } ctl;
-    struct iovec iov = {buf, sizeof buf};
-    struct msghdr mh;
-    memset(&mh, 0, sizeof mh);
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctl.b;
-    mh.msg_controllen = sizeof ctl.b;
-    ssize_t r = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    int fds[AIPC_PROTO_MAX_FDS], nfd;
+    bool odd;
+    ssize_t r = aipc__proto_recv(c->fd, buf, MSG_DONTWAIT, fds, &nfd, &odd);
     if (r < 0) {
       if (errno == EINTR) {
         i--;
@@ -415,8 +390,8 @@ static void conn_service(aipc__sconn *c, int max) {
       if (errno != EAGAIN && errno != EWOULDBLOCK) conn_kill(c);
       return;
     }
-    int ncontrol = discard_control(&mh);
-    if (r == 0 || ncontrol || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    for (int k = 0; k < nfd; k++) close(fds[k]);
+    if (r == 0 || nfd || odd) {
       conn_kill(c); /* EOF (the importer is gone), or a packet no importer sends */
       return;
     }
