@@ -2,20 +2,25 @@
  * Importer side: one persistent connection per exporter process, and the
  * table of this process's imports.
  *
- * A request holds its connection's mutex (never g.lock) while it waits;
- * every wait is bounded by the socket timeouts (ASCEND_IPC_TIMEOUT_MS). A
- * request that timed out leaves its id in the connection's "abandoned" list,
- * so its reply, should it come later, is recognised and undone (the arena
- * fd it may carry is kept in the cache, a granted reference is released).
+ * Any number of threads share a connection. Each sends its request and
+ * waits for the reply with its own deadline (ASCEND_IPC_TIMEOUT_MS); one of
+ * them at a time receives, for everyone, and hands each reply to the thread
+ * that asked. No lock is held across a wait on the exporter, so a stalled
+ * exporter delays only the calls that need an answer from it: a close is a
+ * ledger write. A request that timed out is cancelled (CANCEL): the exporter
+ * takes back the reference it may have granted, and the late reply, when it
+ * comes, only delivers the descriptors it carries.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -38,26 +43,6 @@ aipc__import *aipc__import_lookup(const aipc__key *k) {
   return aipc__secret_equal(imp->secret, k->secret) ? imp : NULL;
 }
 
-/* ---- connections -------------------------------------------------------------- */
-
-/* Closes the socket and the cached arena fds. conn->mu held (or exclusive). */
-static void conn_drop(aipc__cconn *c) {
-  if (c->fd >= 0) close(c->fd);
-  c->fd = -1;
-  if (c->ledger) munmap(c->ledger, AIPC_LEDGER_BYTES);
-  c->ledger = NULL;
-  for (size_t i = 0; i < c->n_arena; i++)
-    if (c->arena_fds[i] >= 0) close(c->arena_fds[i]);
-  free(c->arena_fds);
-  free(c->arena_sizes);
-  c->arena_fds = NULL;
-  c->arena_sizes = NULL;
-  c->n_arena = 0;
-  free(c->abandoned);
-  c->abandoned = NULL;
-  c->n_abandoned = c->cap_abandoned = 0;
-  c->gen++;
-}
 
 /* ---- windows (g.lock held) --------------------------------------------------- */
 
@@ -98,11 +83,109 @@ static void conn_drop_idle_windows(aipc__cconn *c) {
   }
 }
 
+/* ---- the connection: socket, requests, replies ---------------------------------- */
+
+typedef enum { RT_OK, RT_DEAD, RT_TIMEOUT, RT_PROTO, RT_NOFD, RT_NOMEM } rt_result;
+
+enum { CREQ_WAITING, CREQ_DONE, CREQ_FAILED };
+
+/* On the stack of the thread waiting for it; linked in c->pending while WAITING. */
+struct aipc__creq {
+  uint64_t id;
+  int state;
+  rt_result fail;  /* CREQ_FAILED: why */
+  const char *why; /* RT_PROTO: which rule the reply broke */
+  aipc__msg reply; /* CREQ_DONE */
+  aipc__creq *prev, *next;
+};
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* How long one blocking send or receive lasts before its thread looks at its
+ * deadline again (the sockets' SO_SNDTIMEO and SO_RCVTIMEO). */
+static int slice_ms(int timeout_ms) {
+  int s = timeout_ms / 10;
+  return s < 1 ? 1 : s > 100 ? 100 : s;
+}
+
+static void set_timeouts(int fd, int ms) {
+  struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+static void sock_put(aipc__csock *s) {
+  if (--s->refs > 0) return;
+  close(s->fd);
+  free(s);
+}
+
+static void creq_unlink(aipc__cconn *c, aipc__creq *r) {
+  if (r->prev) r->prev->next = r->next; else c->pending = r->next;
+  if (r->next) r->next->prev = r->prev;
+  r->prev = r->next = NULL;
+}
+
+/* Unmaps the ledger, closes the cached arena fds, forgets cancelled requests. */
+static void conn_forget_peer_state(aipc__cconn *c) {
+  if (c->ledger) munmap(c->ledger, AIPC_LEDGER_BYTES);
+  c->ledger = NULL;
+  for (size_t i = 0; i < c->n_arena; i++)
+    if (c->arena_fds[i] >= 0) close(c->arena_fds[i]);
+  free(c->arena_fds);
+  free(c->arena_sizes);
+  c->arena_fds = NULL;
+  c->arena_sizes = NULL;
+  c->n_arena = 0;
+  free(c->abandoned);
+  c->abandoned = NULL;
+  c->n_abandoned = c->cap_abandoned = 0;
+}
+
+/* Drops the connection; every request waiting on it fails with fail. A
+ * thread still sending or receiving on the socket wakes (shutdown) and the
+ * last one closes it. At our EOF the exporter drops every reference this
+ * connection held. c->mu held. */
+static void conn_drop(aipc__cconn *c, rt_result fail, const char *why) {
+  if (c->sock) {
+    if (c->sock->refs > 1) shutdown(c->sock->fd, SHUT_RDWR);
+    sock_put(c->sock);
+    c->sock = NULL;
+  }
+  conn_forget_peer_state(c);
+  while (c->pending) {
+    aipc__creq *r = c->pending;
+    creq_unlink(c, r);
+    r->state = CREQ_FAILED;
+    r->fail = fail;
+    r->why = why;
+  }
+  c->gen++;
+  pthread_cond_broadcast(&c->cv);
+}
+
 static void conn_free(aipc__cconn *c) {
-  conn_drop(c);
+  conn_drop(c, RT_DEAD, NULL);
   conn_drop_idle_windows(c);
   aipc__hmap_clear(&c->wins);
+  pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+/* A forked child: the parent's threads may have held the locks, and the
+ * socket is still the parent's (no shutdown): close our copies and go. */
+static void conn_forget(aipc__cconn *c) {
+  if (c->sock) {
+    close(c->sock->fd);
+    free(c->sock);
+  }
+  conn_forget_peer_state(c);
+  aipc__hmap_clear(&c->wins);
   free(c);
 }
 
@@ -119,8 +202,9 @@ static void conns_trim(bool sweep_dead) {
     for (size_t i = 0; aipc__hmap_next(&g.cconns, &i, &k, &v);) {
       aipc__cconn *c = v;
       if (!conn_idle(c)) continue;
-      struct pollfd p = {.fd = c->fd, .events = POLLIN};
-      if (c->fd >= 0 && (poll(&p, 1, 0) == 0 || !(p.revents & (POLLHUP | POLLERR)))) continue;
+      int fd = c->sock ? c->sock->fd : -1;
+      struct pollfd p = {.fd = fd, .events = POLLIN};
+      if (fd >= 0 && (poll(&p, 1, 0) == 0 || !(p.revents & (POLLHUP | POLLERR)))) continue;
       aipc__hmap_remove(&g.cconns, k);
       g.idle_cconns--;
       conn_free(c);
@@ -151,9 +235,13 @@ static aipc__cconn *conn_get(uint32_t pid, uint64_t nonce) {
     c = calloc(1, sizeof *c);
     if (!c) return NULL;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
     c->pid = pid;
     c->nonce = nonce;
-    c->fd = -1;
     if (aipc__hmap_put(&g.cconns, ckey(pid, nonce), c) != 0) {
       conn_free(c);
       return NULL;
@@ -176,16 +264,32 @@ static void conn_put(aipc__cconn *c) {
   }
 }
 
-static aclError conn_connect(aipc__cconn *c) {
-  int timeout_ms = aipc__config_get()->timeout_ms;
+/* Why a descriptor could not be had, for a message. */
+static const char *fd_limit_hint(char *buf, size_t cap) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    snprintf(buf, cap, "this process is out of file descriptors (RLIMIT_NOFILE is %llu): close some, or raise "
+             "the limit (ulimit -n)", (unsigned long long)rl.rlim_cur);
+  else
+    snprintf(buf, cap, "this process or the system is out of file descriptors: close some");
+  return buf;
+}
+
+/* Connects to the exporter's socket, waiting at most connect_ms for room in
+ * its backlog. No lock held. */
+static aclError sock_open(uint32_t pid, uint64_t nonce, int connect_ms, int timeout_ms, int *out) {
   struct sockaddr_un sa;
-  unsigned salen = aipc__ipc_sockaddr(&sa, c->pid, c->nonce);
+  unsigned salen = aipc__ipc_sockaddr(&sa, pid, nonce);
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot create a socket: %s", strerror(errno));
-  struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (fd < 0) {
+    int e = errno;
+    char hint[160];
+    if (e == EMFILE || e == ENFILE)
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot create a socket to exporter process %u: %s", pid,
+                        fd_limit_hint(hint, sizeof hint));
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot create a socket: %s", strerror(e));
+  }
+  set_timeouts(fd, connect_ms);
   int r;
   do r = connect(fd, (struct sockaddr *)&sa, salen);
   while (r != 0 && errno == EINTR);
@@ -194,53 +298,62 @@ static aclError conn_connect(aipc__cconn *c) {
     close(fd);
     if (e == EAGAIN || e == ETIMEDOUT)
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                        CALL ": exporter process %u did not accept a connection within %d ms (overloaded?)", c->pid,
+                        CALL ": exporter process %u did not accept a connection within %d ms (overloaded?)", pid,
                         timeout_ms);
     if (e == ECONNREFUSED || e == ENOENT)
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
                         CALL ": exporter process %u is gone (exited or finalized): its keys can no longer be imported",
-                        c->pid);
-    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot connect to exporter process %u: %s", c->pid, strerror(e));
+                        pid);
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot connect to exporter process %u: %s", pid, strerror(e));
   }
   struct ucred cr;
   socklen_t cl = sizeof cr;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || (uint32_t)cr.pid != c->pid) {
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || (uint32_t)cr.pid != pid) {
     close(fd);
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                      CALL ": the socket of exporter process %u is served by another process (%d): key refused",
-                      c->pid, (int)cr.pid);
+                      CALL ": the socket of exporter process %u is served by another process (%d): key refused", pid,
+                      (int)cr.pid);
   }
-  c->fd = fd;
+  set_timeouts(fd, slice_ms(timeout_ms));
+  *out = fd;
+  return ACL_SUCCESS;
+}
+
+/* Connects c. c->mu held on entry and on return, released while connecting;
+ * if another thread connected meanwhile, its connection is used. */
+static aclError conn_open(aipc__cconn *c, uint64_t deadline) {
+  int timeout_ms = aipc__config_get()->timeout_ms;
+  uint64_t now = now_ms();
+  int left = deadline > now ? (int)(deadline - now) : 1;
+  pthread_mutex_unlock(&c->mu);
+  int fd = -1;
+  aclError rc = sock_open(c->pid, c->nonce, left, timeout_ms, &fd);
+  aipc__csock *s = rc == ACL_SUCCESS ? malloc(sizeof *s) : NULL;
+  pthread_mutex_lock(&c->mu);
+  if (rc != ACL_SUCCESS) return rc;
+  if (!s || c->sock) {
+    close(fd);
+    free(s);
+    return c->sock ? ACL_SUCCESS : aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
+  }
+  s->fd = fd;
+  s->refs = 1;
+  c->sock = s;
   c->gen++;
   return ACL_SUCCESS;
 }
 
-typedef enum { RT_OK, RT_DEAD, RT_TIMEOUT, RT_PROTO } rt_result;
-
-static int send_msg(aipc__cconn *c, aipc__msg *m) {
-  uint8_t buf[AIPC_PROTO_MAX];
-  size_t len = aipc__proto_encode(m, buf);
+/* Sends one packet, waiting for room in the exporter's queue until deadline. */
+static rt_result sock_send(int fd, const uint8_t *buf, size_t len, uint64_t deadline) {
   for (;;) {
-    ssize_t r = send(c->fd, buf, len, MSG_NOSIGNAL);
+    ssize_t r = send(fd, buf, len, MSG_NOSIGNAL);
     if (r == (ssize_t)len) return RT_OK;
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return RT_TIMEOUT;
+    if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (now_ms() >= deadline) return RT_TIMEOUT;
+      continue;
+    }
     return RT_DEAD;
   }
-}
-
-/* Sends RELEASE(id, count), one-way. conn->mu held. A connection that cannot
- * take it (dead, or an exporter not reading) is dropped: its EOF then makes
- * the exporter drop every reference this process holds on it. */
-static void send_release(aipc__cconn *c, uint64_t id, uint32_t count) {
-  if (c->fd < 0) return;
-  aipc__msg m;
-  memset(&m, 0, offsetof(aipc__msg, text) + 1);
-  m.type = AIPC_MSG_RELEASE;
-  m.req = ++c->next_req;
-  m.export_id = id;
-  m.count = count;
-  if (send_msg(c, &m) != RT_OK) conn_drop(c);
 }
 
 static int cache_arena_fd(aipc__cconn *c, int32_t device, int fd) {
@@ -277,8 +390,33 @@ static void install_ledger(aipc__cconn *c, int fd) {
   close(fd);
 }
 
+
+/* Sends RELEASE(id, count), one-way. c->mu held on entry and on return,
+ * released while sending. A connection that cannot take it (dead, or an
+ * exporter not reading) is dropped: its EOF then makes the exporter drop
+ * every reference this process holds on it. */
+static void send_release(aipc__cconn *c, uint64_t id, uint32_t count) {
+  aipc__csock *s = c->sock;
+  if (!s) return;
+  s->refs++;
+  aipc__msg m;
+  memset(&m, 0, offsetof(aipc__msg, text) + 1);
+  m.type = AIPC_MSG_RELEASE;
+  m.req = ++c->next_req;
+  m.export_id = id;
+  m.count = count;
+  uint8_t buf[AIPC_PROTO_MAX];
+  size_t len = aipc__proto_encode(&m, buf);
+  pthread_mutex_unlock(&c->mu);
+  rt_result rr = sock_send(s->fd, buf, len, now_ms() + (uint64_t)aipc__config_get()->timeout_ms);
+  pthread_mutex_lock(&c->mu);
+  if (rr != RT_OK && c->sock == s) conn_drop(c, RT_DEAD, NULL);
+  sock_put(s);
+}
+
 /* Gives back n references of export id held on the current connection:
- * through the ledger slot (no syscall) or a RELEASE message. conn->mu held. */
+ * through the ledger slot (no syscall) or a RELEASE message. c->mu held
+ * (released while a RELEASE is sent). */
 static void release_refs(aipc__cconn *c, uint64_t id, uint32_t slot, uint32_t n) {
   if (c->ledger && slot != AIPC_NO_SLOT)
     __atomic_add_fetch(&c->ledger[slot], n, __ATOMIC_RELEASE);
@@ -286,112 +424,196 @@ static void release_refs(aipc__cconn *c, uint64_t id, uint32_t slot, uint32_t n)
     send_release(c, id, n);
 }
 
-static int abandoned_take(aipc__cconn *c, uint64_t req, uint64_t *export_id) {
-  for (size_t i = 0; i < c->n_abandoned; i += 2) {
+static int abandoned_take(aipc__cconn *c, uint64_t req) {
+  for (size_t i = 0; i < c->n_abandoned; i++) {
     if (c->abandoned[i] == req) {
-      *export_id = c->abandoned[i + 1];
-      c->abandoned[i] = c->abandoned[c->n_abandoned - 2];
-      c->abandoned[i + 1] = c->abandoned[c->n_abandoned - 1];
-      c->n_abandoned -= 2;
+      c->abandoned[i] = c->abandoned[--c->n_abandoned];
       return 1;
     }
   }
   return 0;
 }
 
-static int abandoned_add(aipc__cconn *c, uint64_t req, uint64_t export_id) {
-  if (c->n_abandoned / 2 >= ABANDONED_MAX) return -1;
-  if (c->n_abandoned + 2 > c->cap_abandoned) {
-    size_t cap = c->cap_abandoned ? c->cap_abandoned * 2 : 16;
+static int abandoned_add(aipc__cconn *c, uint64_t req) {
+  if (c->n_abandoned >= ABANDONED_MAX) return -1;
+  if (c->n_abandoned == c->cap_abandoned) {
+    size_t cap = c->cap_abandoned ? c->cap_abandoned * 2 : 8;
     uint64_t *v = realloc(c->abandoned, cap * sizeof *v);
     if (!v) return -1;
     c->abandoned = v;
     c->cap_abandoned = cap;
   }
   c->abandoned[c->n_abandoned++] = req;
-  c->abandoned[c->n_abandoned++] = export_id;
   return 0;
 }
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+/* The id below which every request of c is settled (answered, or its
+ * CANCEL sent), given that request req is about to go. */
+static uint64_t settled_mark(const aipc__cconn *c, uint64_t req) {
+  uint64_t low = req;
+  for (const aipc__creq *r = c->pending; r; r = r->next)
+    if (r->id < low) low = r->id;
+  return low;
 }
 
-/*
- * Sends q and waits for its reply into a (with *fd: the attached
- * descriptor, or -1). conn->mu held. Stale replies met on the way are undone.
- */
-static rt_result roundtrip(aipc__cconn *c, aipc__msg *q, aipc__msg *a, int *fd, int *ledger_fd, const char **why) {
-  *fd = -1;
-  *ledger_fd = -1;
-  *why = NULL;
-  q->req = ++c->next_req;
-  rt_result sr = send_msg(c, q);
-  if (sr != RT_OK) return sr;
-  uint64_t deadline = 0;
-  for (;;) {
-    uint8_t buf[AIPC_PROTO_MAX];
-    int fds[AIPC_PROTO_MAX_FDS], nfd;
-    bool odd;
-    ssize_t r = aipc__proto_recv(c->fd, buf, 0, fds, &nfd, &odd);
-    if (r < 0) {
-      if (errno == EINTR) {
-        if (!deadline) deadline = now_ms() + (uint64_t)aipc__config_get()->timeout_ms;
-        if (now_ms() < deadline) continue;
-      }
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-        if (abandoned_add(c, q->req, q->export_id) != 0) conn_drop(c);
-        return RT_TIMEOUT;
-      }
-      return RT_DEAD;
-    }
-    if (r == 0) {
-      for (int i = 0; i < nfd; i++) close(fds[i]);
-      return RT_DEAD;
-    }
-    aipc__decode_result d = aipc__proto_decode(buf, (size_t)r, a, why);
-    int want = 0;
-    if (d == AIPC_DECODE_OK && a->type == AIPC_MSG_IMPORT_REPLY)
-      want = !!(a->flags & AIPC_REPLY_FD) + !!(a->flags & AIPC_REPLY_LEDGER);
-    if (d != AIPC_DECODE_OK || odd || nfd != want ||
-        (a->type != AIPC_MSG_IMPORT_REPLY && a->type != AIPC_MSG_ERROR)) {
-      for (int i = 0; i < nfd; i++) close(fds[i]);
-      if (!*why) *why = "unexpected message or descriptors";
-      return RT_PROTO;
-    }
-    int arena_fd = -1, lfd = -1, next = 0;
-    if (a->type == AIPC_MSG_IMPORT_REPLY && (a->flags & AIPC_REPLY_FD)) arena_fd = fds[next++];
-    if (a->type == AIPC_MSG_IMPORT_REPLY && (a->flags & AIPC_REPLY_LEDGER)) lfd = fds[next++];
-    if (a->req == q->req) {
-      *fd = arena_fd;
-      *ledger_fd = lfd;
-      return RT_OK;
-    }
-    uint64_t stale_id;
-    if (!abandoned_take(c, a->req, &stale_id)) {
-      for (int i = 0; i < nfd; i++) close(fds[i]);
-      *why = "reply to a request never sent";
-      return RT_PROTO;
-    }
-    /* The reply to a request whose caller gave up: keep the descriptors (the
-     * exporter now counts them as sent), give back the reference. */
-    if (a->type == AIPC_MSG_IMPORT_REPLY && a->status == ACL_SUCCESS) {
-      if (lfd >= 0) install_ledger(c, lfd);
-      if (arena_fd >= 0 && cache_arena_fd(c, a->device, arena_fd) != 0) {
-        close(arena_fd);
-        return RT_PROTO;
-      }
-      release_refs(c, stale_id, a->slot, 1);
-      if (c->fd < 0) return RT_DEAD;
-    }
-    if (!deadline) deadline = now_ms() + (uint64_t)aipc__config_get()->timeout_ms;
-    if (now_ms() >= deadline) {
-      if (abandoned_add(c, q->req, q->export_id) != 0) conn_drop(c);
-      return RT_TIMEOUT;
+/* After MSG_CTRUNC: whether this process has no descriptor to spare, so the
+ * kernel could not install the exporter's. */
+static bool out_of_fds(int sock) {
+  int probe = fcntl(sock, F_DUPFD_CLOEXEC, 0);
+  if (probe >= 0) {
+    close(probe);
+    return false;
+  }
+  return errno == EMFILE || errno == ENFILE;
+}
+
+/* One packet from the exporter: checked, its descriptors cached, handed to
+ * the request it answers. Anything wrong drops the connection. c->mu held. */
+static void dispatch(aipc__cconn *c, const uint8_t *buf, size_t len, int *fds, int nfd, unsigned seen, bool no_fds) {
+  aipc__msg a;
+  const char *why = NULL;
+  aipc__decode_result d = aipc__proto_decode(buf, len, &a, &why);
+  rt_result bad = RT_OK;
+  if (seen & AIPC_RECV_FDS_DROPPED) {
+    bad = no_fds ? RT_NOFD : RT_PROTO;
+    why = "descriptors lost in transit";
+  } else if (d != AIPC_DECODE_OK || (seen & AIPC_RECV_ODD)) {
+    bad = RT_PROTO;
+    if (!why) why = "unexpected control data";
+  } else if (a.type != AIPC_MSG_IMPORT_REPLY && a.type != AIPC_MSG_ERROR) {
+    bad = RT_PROTO;
+    why = "a message only importers send";
+  } else if (nfd != (a.type == AIPC_MSG_IMPORT_REPLY
+                         ? !!(a.flags & AIPC_REPLY_FD) + !!(a.flags & AIPC_REPLY_LEDGER) : 0)) {
+    bad = RT_PROTO;
+    why = "descriptors missing or unexpected";
+  }
+  aipc__creq *r = NULL;
+  if (bad == RT_OK) {
+    for (r = c->pending; r && r->id != a.req; r = r->next) {}
+    /* Not waited for: the reply to a cancelled request (the exporter took its
+     * reference back at the CANCEL), or one never asked for. */
+    if (!r && !abandoned_take(c, a.req)) {
+      bad = RT_PROTO;
+      why = "reply to a request never sent";
     }
   }
+  if (bad == RT_OK && a.type == AIPC_MSG_IMPORT_REPLY && a.status == ACL_SUCCESS) {
+    int next = 0;
+    if (a.flags & AIPC_REPLY_FD) {
+      if (cache_arena_fd(c, a.device, fds[next]) != 0)
+        bad = RT_NOMEM;
+      else
+        fds[next] = -1;
+      next++;
+    }
+    if (bad == RT_OK && (a.flags & AIPC_REPLY_LEDGER)) {
+      install_ledger(c, fds[next]);
+      fds[next] = -1;
+    }
+  }
+  if (bad != RT_OK) {
+    for (int i = 0; i < nfd; i++)
+      if (fds[i] >= 0) close(fds[i]);
+    conn_drop(c, bad, why);
+    return;
+  }
+  if (r) {
+    creq_unlink(c, r);
+    r->reply = a;
+    r->state = CREQ_DONE;
+  }
+}
+
+/* Receives one packet for everyone (for at most a time slice) and hands it
+ * out. c->mu held on entry and on return, released while receiving. */
+static void read_one(aipc__cconn *c, aipc__csock *s) {
+  c->reading = true;
+  pthread_mutex_unlock(&c->mu);
+  uint8_t buf[AIPC_PROTO_MAX];
+  int fds[AIPC_PROTO_MAX_FDS], nfd = 0;
+  unsigned seen = 0;
+  ssize_t n = aipc__proto_recv(s->fd, buf, 0, fds, &nfd, &seen);
+  int err = errno;
+  bool no_fds = n > 0 && (seen & AIPC_RECV_FDS_DROPPED) && out_of_fds(s->fd);
+  pthread_mutex_lock(&c->mu);
+  c->reading = false;
+  pthread_cond_broadcast(&c->cv); /* the waiters see what this packet brought, or take the reading over */
+  if (c->sock != s || n <= 0) {
+    for (int i = 0; i < nfd; i++) close(fds[i]);
+    if (c->sock != s) return; /* dropped meanwhile: the requests on it have failed already */
+    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR)) return;
+    conn_drop(c, RT_DEAD, NULL);
+    return;
+  }
+  dispatch(c, buf, (size_t)n, fds, nfd, seen, no_fds);
+}
+
+/* r's caller gives up. c->mu held. */
+static void abandon(aipc__cconn *c, aipc__csock *s, aipc__creq *r) {
+  creq_unlink(c, r);
+  if (c->sock != s) return;
+  if (abandoned_add(c, r->id) != 0) {
+    conn_drop(c, RT_DEAD, NULL);
+    return;
+  }
+  aipc__msg m;
+  memset(&m, 0, offsetof(aipc__msg, text) + 1);
+  m.type = AIPC_MSG_CANCEL;
+  m.req = r->id;
+  uint8_t buf[AIPC_PROTO_MAX];
+  size_t len = aipc__proto_encode(&m, buf);
+  /* Sent under c->mu, so no IMPORT saying r is settled can go before it.
+   * Never waits: an exporter whose queue is full is not reading, and
+   * dropping the connection gives the reference back just as well. */
+  ssize_t n;
+  do n = send(s->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n != (ssize_t)len) conn_drop(c, RT_DEAD, NULL);
+}
+
+static void wait_until(aipc__cconn *c, uint64_t deadline_ms) {
+  struct timespec ts = {.tv_sec = (time_t)(deadline_ms / 1000), .tv_nsec = (long)(deadline_ms % 1000) * 1000000};
+  pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+}
+
+/* Sends q and waits for its reply (in r->reply) until deadline. c->mu held on
+ * entry and on return, released while sending and waiting; c->sock set. */
+static rt_result request(aipc__cconn *c, aipc__msg *q, aipc__creq *r, uint64_t deadline) {
+  aipc__csock *s = c->sock;
+  s->refs++;
+  r->id = q->req = ++c->next_req;
+  q->settled = settled_mark(c, r->id);
+  r->state = CREQ_WAITING;
+  r->prev = NULL;
+  r->next = c->pending;
+  if (c->pending) c->pending->prev = r;
+  c->pending = r;
+  uint8_t buf[AIPC_PROTO_MAX];
+  size_t len = aipc__proto_encode(q, buf);
+  pthread_mutex_unlock(&c->mu);
+  rt_result sr = sock_send(s->fd, buf, len, deadline);
+  pthread_mutex_lock(&c->mu);
+  if (sr != RT_OK) {
+    /* nothing went out (one packet is sent whole or not at all) */
+    if (r->state == CREQ_WAITING) creq_unlink(c, r);
+    if (sr == RT_DEAD && c->sock == s) conn_drop(c, RT_DEAD, NULL);
+    sock_put(s);
+    return sr;
+  }
+  while (r->state == CREQ_WAITING) {
+    if (now_ms() >= deadline) {
+      abandon(c, s, r);
+      sock_put(s);
+      return RT_TIMEOUT;
+    }
+    if (!c->reading)
+      read_one(c, s);
+    else
+      wait_until(c, deadline);
+  }
+  sock_put(s);
+  return r->state == CREQ_DONE ? RT_OK : r->fail;
 }
 
 /* ---- import / close ------------------------------------------------------------ */
@@ -404,32 +626,36 @@ typedef struct granted {
   uint64_t gen;
 } granted;
 
-/* The wire part of an import: conn->mu held. On success the exporter counts
- * one more reference of this process and the arena fd is in the cache. */
-static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags, granted *out) {
+/* The wire part of an import. c->mu held on entry and on return. On success
+ * the exporter counts one more reference of this process and the arena fd
+ * is in the cache. */
+static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags, uint64_t deadline,
+                              granted *out) {
   int timeout_ms = aipc__config_get()->timeout_ms;
-  aipc__msg q, a;
+  aipc__msg q;
   memset(&q, 0, offsetof(aipc__msg, text) + 1);
   q.type = AIPC_MSG_IMPORT;
   q.export_id = k->export_id;
   memcpy(q.secret, k->secret, AIPC_SECRET_LEN);
   q.flags = (uint32_t)flags;
   q.sdid = aipc__config_get()->sdid;
-  int fd = -1, lfd = -1;
-  const char *why = NULL;
+  aipc__creq r;
   rt_result rr = RT_DEAD;
+  uint64_t gen = 0;
   for (int attempt = 0; attempt < 2; attempt++) {
     bool fresh = false;
-    if (c->fd < 0) {
-      aclError rc = conn_connect(c);
+    if (!c->sock) {
+      aclError rc = conn_open(c, deadline);
       if (rc != ACL_SUCCESS) return rc;
       fresh = true;
     }
-    rr = roundtrip(c, &q, &a, &fd, &lfd, &why);
-    if (rr != RT_DEAD) break;
-    conn_drop(c); /* EOF on a cached connection: the exporter may have restarted its server; try once more */
-    if (fresh) break;
+    gen = c->gen;
+    rr = request(c, &q, &r, deadline);
+    /* EOF on a cached connection: the exporter may have restarted its server; try once more */
+    if (rr != RT_DEAD || fresh) break;
   }
+  if (rr == RT_OK && c->gen != gen) rr = RT_DEAD; /* the connection went with the grant */
+  memset(q.secret, 0, sizeof q.secret);
   switch (rr) {
     case RT_OK: break;
     case RT_DEAD:
@@ -441,49 +667,50 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
                         "ASCEND_IPC_TIMEOUT_MS sets the limit",
                         k->pid, timeout_ms);
     case RT_PROTO:
-      conn_drop(c);
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": exporter process %u sent a malformed reply (%s)", k->pid,
-                        why ? why : "?");
+                        r.why ? r.why : "?");
+    case RT_NOFD: {
+      char hint[160];
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot receive the memory of exporter process %u: %s",
+                        k->pid, fd_limit_hint(hint, sizeof hint));
+    }
+    case RT_NOMEM:
+      return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
   }
-  if (a.type == AIPC_MSG_ERROR) {
-    conn_drop(c); /* the exporter closes it after an ERROR */
-    return aipc__fail(a.status, CALL ": %s", a.text);
+  const aipc__msg *a = &r.reply;
+  if (a->type == AIPC_MSG_ERROR) {
+    conn_drop(c, RT_DEAD, NULL); /* the exporter closes it after an ERROR */
+    return aipc__fail(a->status, CALL ": %s", a->text);
   }
-  if (a.status != ACL_SUCCESS) return aipc__fail(a.status, CALL ": %s", a.text);
+  if (a->status != ACL_SUCCESS) return aipc__fail(a->status, CALL ": %s", a->text);
 
   /* Granted: from here on a failure must give the reference back. */
-  if (lfd >= 0) install_ledger(c, lfd);
-  if (fd >= 0 && cache_arena_fd(c, a.device, fd) != 0) {
-    close(fd);
-    conn_drop(c);
-    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
-  }
-  int afd = (size_t)a.device < c->n_arena ? c->arena_fds[a.device] : -1;
+  int afd = (size_t)a->device < c->n_arena ? c->arena_fds[a->device] : -1;
   if (afd < 0) {
-    conn_drop(c); /* the exporter believes we hold an fd we do not: start over */
+    conn_drop(c, RT_DEAD, NULL); /* the exporter believes we hold an fd we do not: start over */
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": exporter process %u did not send the memory of device %d",
-                      k->pid, (int)a.device);
+                      k->pid, (int)a->device);
   }
-  if (a.offset + a.size > c->arena_sizes[a.device]) {
+  if (a->offset + a->size > c->arena_sizes[a->device]) {
     struct stat st;
-    if (fstat(afd, &st) == 0) c->arena_sizes[a.device] = (uint64_t)st.st_size;
-    if (a.offset + a.size > c->arena_sizes[a.device]) {
-      release_refs(c, k->export_id, a.slot, 1);
+    if (fstat(afd, &st) == 0) c->arena_sizes[a->device] = (uint64_t)st.st_size;
+    if (a->offset + a->size > c->arena_sizes[a->device]) {
+      release_refs(c, k->export_id, a->slot, 1);
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": exporter process %u granted a range outside its memory",
                         k->pid);
     }
   }
-  out->device = a.device;
-  out->attr = a.attr;
-  out->offset = a.offset;
-  out->size = a.size;
-  out->slot = a.slot;
+  out->device = a->device;
+  out->attr = a->attr;
+  out->offset = a->offset;
+  out->size = a->size;
+  out->slot = a->slot;
   out->gen = c->gen;
   return ACL_SUCCESS;
 }
 
 /* A mapping for a granted range: in its window when it lies inside one
- * (creating the window if needed), else a mapping of its own. conn->mu held,
+ * (creating the window if needed), else a mapping of its own. c->mu held,
  * g.lock held on entry and on return (dropped around mmap). */
 static void *map_granted(aipc__cconn *c, const granted *gr, aipc__win **win_out, bool own) {
   int afd = c->arena_fds[gr->device];
@@ -495,7 +722,7 @@ static void *map_granted(aipc__cconn *c, const granted *gr, aipc__win **win_out,
       uint64_t len = c->arena_sizes[gr->device] - idx * AIPC_WINDOW;
       if (len > AIPC_WINDOW) len = AIPC_WINDOW;
       pthread_mutex_unlock(&g.lock);
-      /* Only threads holding conn->mu create c's windows: no one races us. */
+      /* Only threads holding c->mu create c's windows: no one races us. */
       void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, afd,
                         (off_t)(idx * AIPC_WINDOW));
       pthread_mutex_lock(&g.lock);
@@ -535,7 +762,7 @@ static void unmap_granted(void *p, size_t size, aipc__win *w) {
     munmap(p, size);
 }
 
-/* Records a granted import: conn->mu held, g.lock not held. */
+/* Records a granted import: c->mu held, g.lock not held. */
 static aclError import_register(aipc__cconn *c, const aipc__key *k, const granted *gr, void **devPtr) {
   pthread_mutex_lock(&g.lock);
   aipc__import *imp = aipc__import_lookup(k);
@@ -619,11 +846,12 @@ aclError aipc__client_import(const aipc__key *k, uint64_t flags, void **devPtr) 
   pthread_mutex_unlock(&g.lock);
   if (!c) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
 
+  uint64_t deadline = now_ms() + (uint64_t)aipc__config_get()->timeout_ms;
   pthread_mutex_lock(&c->mu);
   granted gr;
-  aclError rc = import_remote(c, k, flags, &gr);
+  aclError rc = import_remote(c, k, flags, deadline, &gr);
   if (rc == ACL_SUCCESS) rc = import_register(c, k, &gr, devPtr);
-  if (c->fd < 0) {
+  if (!c->sock) {
     /* The connection went: windows nobody uses would keep its memory alive. */
     pthread_mutex_lock(&g.lock);
     conn_drop_idle_windows(c);
@@ -695,13 +923,10 @@ static void free_all(bool unmap) {
       free(w);
     }
     aipc__hmap_clear(&c->wins);
-    if (unmap) {
+    if (unmap)
       conn_free(c);
-    } else {
-      /* A forked child: the mutex may have been held by a parent thread. */
-      conn_drop(c);
-      free(c);
-    }
+    else
+      conn_forget(c);
   }
   aipc__hmap_clear(&g.cconns);
   g.idle_cconns = 0;

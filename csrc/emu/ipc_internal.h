@@ -3,8 +3,9 @@
  *
  * One mutex (g.lock) guards every table below. It is held briefly and never
  * across a wait on a peer; lock order: g.lock -> memory lock. A client
- * connection's own mutex (cconn.mu) serialises requests on that connection
- * and is taken without g.lock held (g.lock may be taken inside it).
+ * connection's own mutex (cconn.mu), also never held across a wait, guards
+ * that connection; it is taken without g.lock held (g.lock may be taken
+ * inside it).
  * Design notes: docs/design-ipc.md.
  */
 #ifndef ASCEND_IPC_EMU_IPC_INTERNAL_H_
@@ -76,6 +77,10 @@ struct aipc__sconn {
   uint32_t *free_slots;
   size_t n_free, cap_free;
   aipc__ref *refs;
+  /* Grants the importer may still CANCEL: {request id, export id} pairs,
+   * forgotten once an IMPORT says every request below theirs is settled. */
+  uint64_t *grants;
+  size_t n_grants, cap_grants; /* in pairs */
   aipc__sconn *prev, *next; /* in g.sconns or g.zombies */
 };
 
@@ -102,18 +107,35 @@ typedef struct aipc__win {
 #define AIPC_WINDOW ((uint64_t)1 << 30)
 #define AIPC_IDLE_WINDOWS_MAX 16
 
+/* A connected socket, shared by the threads sending and receiving on it:
+ * closed when the last lets go, so its number is never reused under one. */
+typedef struct aipc__csock {
+  int fd;
+  uint32_t refs; /* guarded by the connection's mu */
+} aipc__csock;
+
+typedef struct aipc__creq aipc__creq; /* a request waiting for its reply (ipc_client.c) */
+
+/*
+ * Requests from any number of threads share the connection: each sends its
+ * own and waits with its own deadline; one of them at a time receives
+ * (reading) and hands each reply to its owner.
+ */
 struct aipc__cconn {
-  pthread_mutex_t mu; /* serialises requests; guards the fields up to users */
+  pthread_mutex_t mu; /* guards the fields up to users; never held across a wait on the exporter */
+  pthread_cond_t cv;  /* a reply was handed out, the reader left, or the connection went */
   uint32_t pid;
   uint64_t nonce;
-  int fd;        /* -1 when not connected */
-  uint64_t gen;  /* bumped at every (re)connect and drop */
+  aipc__csock *sock; /* NULL when not connected */
+  uint64_t gen;      /* bumped at every (re)connect and drop */
   uint64_t next_req;
-  int *arena_fds; /* per exporter device, -1 when not received yet */
-  uint32_t *ledger; /* the exporter's release ledger for this connection, or NULL */
+  bool reading;         /* a thread is receiving for everyone */
+  aipc__creq *pending;  /* requests sent and waiting for their reply */
+  int *arena_fds;       /* per exporter device, -1 when not received yet */
+  uint32_t *ledger;     /* the exporter's release ledger for this connection, or NULL */
   uint64_t *arena_sizes;
   size_t n_arena;
-  uint64_t *abandoned; /* request ids whose caller timed out */
+  uint64_t *abandoned; /* ids of cancelled requests whose reply has not come yet */
   size_t n_abandoned, cap_abandoned;
   /* g.lock: */
   uint32_t users;   /* threads working on it */

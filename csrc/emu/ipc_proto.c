@@ -13,10 +13,11 @@
 
 static size_t body_len(uint16_t type, uint32_t text_len) {
   switch (type) {
-    case AIPC_MSG_IMPORT: return 32;
+    case AIPC_MSG_IMPORT: return 40;
     case AIPC_MSG_IMPORT_REPLY: return 40 + (size_t)text_len;
     case AIPC_MSG_RELEASE: return 16;
     case AIPC_MSG_ERROR: return 8 + (size_t)text_len;
+    case AIPC_MSG_CANCEL: return 0;
   }
   return 0;
 }
@@ -39,6 +40,7 @@ size_t aipc__proto_encode(aipc__msg *m, uint8_t buf[AIPC_PROTO_MAX]) {
       memcpy(b + 8, m->secret, AIPC_SECRET_LEN);
       aipc__put32(b + 24, m->flags);
       aipc__put32(b + 28, m->sdid);
+      aipc__put64(b + 32, m->settled);
       break;
     case AIPC_MSG_IMPORT_REPLY:
       aipc__put32(b, (uint32_t)m->status);
@@ -101,12 +103,14 @@ aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg
   size_t blen = len - AIPC_PROTO_HEADER;
   switch (m->type) {
     case AIPC_MSG_IMPORT:
-      if (blen != 32) BAD("IMPORT has the wrong length");
+      if (blen != 40) BAD("IMPORT has the wrong length");
       m->export_id = aipc__get64(b);
       memcpy(m->secret, b + 8, AIPC_SECRET_LEN);
       m->flags = aipc__get32(b + 24);
       m->sdid = aipc__get32(b + 28);
+      m->settled = aipc__get64(b + 32);
       if (m->export_id == 0) BAD("IMPORT of export id 0");
+      if (m->settled > m->req) BAD("IMPORT settles requests after itself");
       if (m->flags > ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS) BAD("IMPORT with unknown flags");
       return AIPC_DECODE_OK;
     case AIPC_MSG_IMPORT_REPLY:
@@ -157,6 +161,9 @@ aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg
       memcpy(m->text, b + 8, m->text_len);
       m->text[m->text_len] = '\0';
       return AIPC_DECODE_OK;
+    case AIPC_MSG_CANCEL:
+      if (blen != 0) BAD("CANCEL has a body");
+      return AIPC_DECODE_OK;
   }
   BAD("unknown message type");
 }
@@ -174,7 +181,7 @@ void aipc__proto_set_text(aipc__msg *m, const char *fmt, ...) {
 }
 
 ssize_t aipc__proto_recv(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int fds[AIPC_PROTO_MAX_FDS],
-                         int *nfds, bool *odd) {
+                         int *nfds, unsigned *seen) {
   union {
     char b[CMSG_SPACE(sizeof(int) * AIPC_PROTO_MAX_FDS)];
     struct cmsghdr align;
@@ -187,12 +194,12 @@ ssize_t aipc__proto_recv(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int f
   mh.msg_control = ctl.b;
   mh.msg_controllen = sizeof ctl.b;
   *nfds = 0;
-  *odd = false;
+  *seen = 0;
   ssize_t r = recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
   if (r < 0) return r;
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
     if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
-      *odd = true;
+      *seen |= AIPC_RECV_ODD;
       continue;
     }
     size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -205,6 +212,7 @@ ssize_t aipc__proto_recv(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int f
         close(f);
     }
   }
-  if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) *odd = true;
+  if (mh.msg_flags & MSG_TRUNC) *seen |= AIPC_RECV_ODD;
+  if (mh.msg_flags & MSG_CTRUNC) *seen |= AIPC_RECV_FDS_DROPPED;
   return r;
 }

@@ -11,8 +11,11 @@
  *   u32 reserved  0
  *   u64 req       request id, chosen by the importer, echoed in the reply
  *
- * IMPORT         importer -> exporter, body 32: u64 export_id, u8 secret[16],
- *                u32 flags (import flags, <= 1), u32 sdid (importer's)
+ * IMPORT         importer -> exporter, body 40: u64 export_id, u8 secret[16],
+ *                u32 flags (import flags, <= 1), u32 sdid (importer's),
+ *                u64 settled (every request of this connection with a lower
+ *                id has had its reply, or its CANCEL sent: the exporter may
+ *                forget those grants)
  * IMPORT_REPLY   exporter -> importer, body 40 + text_len: i32 status,
  *                u32 flags (bit 0: the device's arena fd is attached; bit 1:
  *                the connection's release ledger fd follows it), i32 device,
@@ -21,6 +24,10 @@
  *                failure), char text[text_len] (printable ASCII, no NUL)
  * RELEASE        importer -> exporter, body 16: u64 export_id, u32 count,
  *                u32 reserved. One-way: no reply (see docs/design-ipc.md).
+ * CANCEL         importer -> exporter, no body; req is the id of an IMPORT
+ *                whose caller gave up waiting. One-way. The exporter, which
+ *                has served that IMPORT by then (one ordered stream), takes
+ *                back the reference it granted, if it granted one.
  *
  * The release ledger: a sealed memfd of AIPC_LEDGER_SLOTS u32 counters that
  * the exporter creates per connection and sends with its first grant. An
@@ -55,6 +62,7 @@ enum {
   AIPC_MSG_IMPORT_REPLY = 2,
   AIPC_MSG_RELEASE = 3,
   AIPC_MSG_ERROR = 4,
+  AIPC_MSG_CANCEL = 5,
 };
 
 #define AIPC_REPLY_FD 1u     /* IMPORT_REPLY flags: the arena fd rides along */
@@ -74,6 +82,7 @@ typedef struct aipc__msg {
   uint8_t secret[AIPC_SECRET_LEN]; /* IMPORT */
   uint32_t flags;                  /* IMPORT: import flags; IMPORT_REPLY: AIPC_REPLY_* */
   uint32_t sdid;                   /* IMPORT */
+  uint64_t settled;                /* IMPORT */
   uint32_t count;                  /* RELEASE */
   uint32_t slot;                   /* IMPORT_REPLY */
   /* IMPORT_REPLY, ERROR */
@@ -101,15 +110,20 @@ aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg
 
 #define AIPC_PROTO_MAX_FDS 8 /* descriptors kept from one packet; more are closed */
 
+/* What aipc__proto_recv saw besides the packet and its descriptors. */
+#define AIPC_RECV_ODD 1u         /* other control messages, or a packet longer than the buffer */
+#define AIPC_RECV_FDS_DROPPED 2u /* MSG_CTRUNC: descriptors were sent that did not arrive
+                                    (the receiver out of descriptors, or more than fit) */
+
 /*
  * Receives one packet from a SEQPACKET socket into buf (recvmsg flags, plus
  * MSG_CMSG_CLOEXEC). Descriptors that came with it go to fds and nfds (the
- * caller owns them; any beyond AIPC_PROTO_MAX_FDS are closed); *odd is set
- * when it carried anything else (other control messages, truncation).
- * Returns what recvmsg returned, with errno intact on failure.
+ * caller owns them; any beyond AIPC_PROTO_MAX_FDS are closed); *seen gets
+ * AIPC_RECV_* bits. Returns what recvmsg returned, with errno intact on
+ * failure.
  */
 ssize_t aipc__proto_recv(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int fds[AIPC_PROTO_MAX_FDS],
-                         int *nfds, bool *odd);
+                         int *nfds, unsigned *seen);
 
 /* Sets m's text (truncated to AIPC_PROTO_TEXT_MAX, non-printables replaced). */
 void aipc__proto_set_text(aipc__msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -38,6 +38,10 @@ static const uint8_t dummy_secret[AIPC_SECRET_LEN];
 #define SERVICE_BATCH 1
 #define DRAIN_MAX 4096          /* messages per connection when a close drains it */
 #define SWEEP_MS 20             /* how often closed exports with importers look at the ledgers */
+/* Unsettled grants remembered per connection. A well-behaved importer has
+ * at most one per thread waiting on the connection; past this the oldest
+ * is forgotten, and a CANCEL of it can no longer be honoured. */
+#define GRANTS_MAX 4096
 
 static aipc__hkey ekey(uint64_t id) { return (aipc__hkey){id, 0}; }
 static aipc__hkey rkey(uint64_t id, uint64_t serial) { return (aipc__hkey){id, serial}; }
@@ -154,6 +158,7 @@ static void free_zombies(void) {
     g.zombies = c->next;
     free(c->fd_sent);
     free(c->free_slots);
+    free(c->grants);
     free(c);
   }
 }
@@ -259,7 +264,37 @@ static bool consume_for(uint64_t id, aipc__sconn *c) {
   return r ? ref_consume(r) : true;
 }
 
+/* Forgets the grants of requests the importer says are settled. */
+static void grants_settle(aipc__sconn *c, uint64_t settled) {
+  size_t keep = 0;
+  for (size_t i = 0; i < c->n_grants; i++)
+    if (c->grants[2 * i] >= settled) {
+      c->grants[2 * keep] = c->grants[2 * i];
+      c->grants[2 * keep + 1] = c->grants[2 * i + 1];
+      keep++;
+    }
+  c->n_grants = keep;
+}
+
+static void grants_add(aipc__sconn *c, uint64_t req, uint64_t export_id) {
+  if (c->n_grants == GRANTS_MAX) {
+    memmove(c->grants, c->grants + 2, (c->n_grants - 1) * 2 * sizeof *c->grants);
+    c->n_grants--;
+  }
+  if (c->n_grants == c->cap_grants) {
+    size_t cap = c->cap_grants ? c->cap_grants * 2 : 4;
+    uint64_t *v = realloc(c->grants, cap * 2 * sizeof *v);
+    if (!v) return; /* then a CANCEL of it is not honoured: the reference stays until EOF */
+    c->grants = v;
+    c->cap_grants = cap;
+  }
+  c->grants[2 * c->n_grants] = req;
+  c->grants[2 * c->n_grants + 1] = export_id;
+  c->n_grants++;
+}
+
 static void handle_import(aipc__sconn *c, const aipc__msg *q) {
+  grants_settle(c, q->settled);
   aipc__msg a;
   memset(&a, 0, offsetof(aipc__msg, text) + 1);
   a.type = AIPC_MSG_IMPORT_REPLY;
@@ -351,6 +386,29 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q) {
   }
   if (sent != 0 || (fd >= 0 && fd_sent_mark(c, a.device) != 0)) {
     conn_kill(c); /* drops the reference just counted too */
+    return;
+  }
+  if (a.status == ACL_SUCCESS) grants_add(c, q->req, q->export_id);
+}
+
+/* The importer gave up on request q->req: the reference it may have been
+ * granted goes back. A CANCEL of a request not granted (refused, settled,
+ * never sent) changes nothing. */
+static void handle_cancel(aipc__sconn *c, const aipc__msg *q) {
+  for (size_t i = 0; i < c->n_grants; i++) {
+    if (c->grants[2 * i] != q->req) continue;
+    uint64_t id = c->grants[2 * i + 1];
+    c->n_grants--;
+    c->grants[2 * i] = c->grants[2 * c->n_grants];
+    c->grants[2 * i + 1] = c->grants[2 * c->n_grants + 1];
+    if (!consume_for(id, c)) return;
+    aipc__ref *r = aipc__hmap_get(&g.refs, rkey(id, c->serial));
+    if (!r) {
+      conn_kill(c); /* it released the very reference it cancels: a broken or hostile peer */
+      return;
+    }
+    release_refs(r, 1);
+    return;
   }
 }
 
@@ -374,14 +432,13 @@ static void send_version_error(aipc__sconn *c, const aipc__msg *q) {
   (void)conn_send(c, &a, -1);
 }
 
-/* Closes every descriptor that rode along; returns how many control messages came. */
 /* Serves up to max messages queued on c. g.lock held. */
 static void conn_service(aipc__sconn *c, int max) {
   for (int i = 0; i < max && !c->dead; i++) {
     uint8_t buf[AIPC_PROTO_MAX];
     int fds[AIPC_PROTO_MAX_FDS], nfd;
-    bool odd;
-    ssize_t r = aipc__proto_recv(c->fd, buf, MSG_DONTWAIT, fds, &nfd, &odd);
+    unsigned seen;
+    ssize_t r = aipc__proto_recv(c->fd, buf, MSG_DONTWAIT, fds, &nfd, &seen);
     if (r < 0) {
       if (errno == EINTR) {
         i--;
@@ -391,7 +448,7 @@ static void conn_service(aipc__sconn *c, int max) {
       return;
     }
     for (int k = 0; k < nfd; k++) close(fds[k]);
-    if (r == 0 || nfd || odd) {
+    if (r == 0 || nfd || seen) {
       conn_kill(c); /* EOF (the importer is gone), or a packet no importer sends */
       return;
     }
@@ -411,6 +468,8 @@ static void conn_service(aipc__sconn *c, int max) {
       handle_import(c, &m);
     else if (m.type == AIPC_MSG_RELEASE)
       handle_release(c, &m);
+    else if (m.type == AIPC_MSG_CANCEL)
+      handle_cancel(c, &m);
     else
       conn_kill(c); /* a reply type sent to the exporter */
   }
@@ -687,6 +746,7 @@ void aipc__server_child_reset(void) {
     if (c->ledger) munmap(c->ledger, AIPC_LEDGER_BYTES);
     free(c->fd_sent);
     free(c->free_slots);
+    free(c->grants);
     free(c);
   }
   free_zombies();

@@ -239,11 +239,11 @@ static size_t msg_header(uint8_t *b, uint32_t magic, uint16_t ver, uint16_t type
 }
 
 static size_t msg_import(uint8_t *b, const key_rec *k, uint64_t req) {
-  msg_header(b, 0x43504941u, 1, 1, 56, req);
+  msg_header(b, 0x43504941u, 1, 1, 64, req);
   memcpy(b + 24, &k->id, 8);
   memcpy(b + 32, k->secret, 16);
-  memset(b + 48, 0, 8);
-  return 56;
+  memset(b + 48, 0, 16); /* flags, sdid, settled */
+  return 64;
 }
 
 static size_t msg_release(uint8_t *b, uint64_t id, uint32_t count, uint64_t req) {
@@ -293,7 +293,7 @@ static int hostile_child(chan *c, void *arg) {
       {"garbage", 1},        {"truncated header", 1}, {"oversized", 1},    {"bad magic", 1},
       {"length mismatch", 1}, {"unknown type", 1},     {"reply type", 1},   {"release unheld", 1},
       {"zero length", 1},    {"fd attached", 1},      {"bad flags", 1},    {"import id 0", 1},
-      {"truncated import", 1}, {"reserved set", 1},
+      {"truncated import", 1}, {"reserved set", 1},    {"settles the future", 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     int fd = connect_to(key);
@@ -305,7 +305,7 @@ static int hostile_child(chan *c, void *arg) {
     } else if (!strcmp(w, "truncated header")) {
       n = 10;
     } else if (!strcmp(w, "oversized")) {
-      memset(b + 56, 0, sizeof b - 56);
+      memset(b + 64, 0, sizeof b - 64);
       n = sizeof b;
     } else if (!strcmp(w, "bad magic")) {
       b[0] ^= 1;
@@ -328,6 +328,8 @@ static int hostile_child(chan *c, void *arg) {
       b[8] = 40;
     } else if (!strcmp(w, "reserved set")) {
       b[12] = 1;
+    } else if (!strcmp(w, "settles the future")) {
+      b[56] = 2; /* settled 2 > req 1 */
     }
     if (!strcmp(w, "fd attached")) {
       struct iovec iov = {b, n};

@@ -63,6 +63,7 @@ static void set_timeout_ms(int ms) {
 /* ---- the wire protocol by hand (docs/design-ipc.md) ------------------------------ */
 
 #define MAGIC 0x43504941u
+#define IMPORT_LEN 64
 
 static unsigned sockaddr_of(struct sockaddr_un *sa, uint32_t pid, uint64_t nonce) {
   memset(sa, 0, sizeof *sa);
@@ -100,12 +101,13 @@ static void put_header(uint8_t *b, uint16_t type, uint32_t len, uint64_t req) {
   memcpy(b + 16, &req, 8);
 }
 
+/* IMPORT: flags, sdid and settled all 0 */
 static size_t pkt_import(uint8_t *b, const key_rec *k, uint64_t req) {
-  put_header(b, 1, 56, req);
+  put_header(b, 1, IMPORT_LEN, req);
   memcpy(b + 24, &k->id, 8);
   memcpy(b + 32, k->secret, 16);
-  memset(b + 48, 0, 8);
-  return 56;
+  memset(b + 48, 0, 16);
+  return IMPORT_LEN;
 }
 
 static size_t pkt_release(uint8_t *b, uint64_t id, uint32_t count, uint64_t req) {
@@ -627,6 +629,96 @@ TEST(timed_out_import_leaves_no_reference_behind) {
   send_int(ca.down[1], 1);
   CHECK_EQ(th_wait(apid), 0);
   chan_close(&ca);
+  CHECK_OK(aclFinalize());
+}
+
+/* Many threads share one connection to an exporter that is stopped twice:
+ * shorter than the timeout (every call waits, then succeeds: each reply
+ * reaches the thread that asked) and longer (the calls in flight time out,
+ * each cancels its request). Throughout, each thread's call is bounded by
+ * its own timeout, every failure is a timeout, and at the end the
+ * exporter's strict closes find every reference given back. */
+typedef struct pipe_worker {
+  char (*keys)[KEYLEN];
+  int index;
+  int *stop;
+  long ok, timeouts;
+  double worst_s;
+} pipe_worker;
+
+static void *pipe_loop(void *arg) {
+  pipe_worker *w = arg;
+  uint64_t rs = 0x1234567ull + (uint64_t)w->index;
+  while (!__atomic_load_n(w->stop, __ATOMIC_ACQUIRE)) {
+    int k = (int)(xs(&rs) % 4);
+    void *p = NULL;
+    double t0 = now_s();
+    aclError rc = aclrtIpcMemImportByKey(&p, w->keys[k], 0);
+    double dt = now_s() - t0;
+    if (dt > w->worst_s) w->worst_s = dt;
+    if (rc != ACL_SUCCESS) {
+      CHECK_EQ(rc, ACL_ERROR_RT_IPC_ERROR);
+      CHECK(strstr(aclGetRecentErrMsg(), "no reply") != NULL);
+      w->timeouts++;
+      continue;
+    }
+    CHECK(check_pattern(p, 64 * KiB, 700u + (uint32_t)k));
+    CHECK_OK(aclrtIpcMemClose(w->keys[k]));
+    w->ok++;
+  }
+  return NULL;
+}
+
+TEST(threads_sharing_a_connection_through_stops_and_timeouts) {
+  int timeout_ms = under_valgrind() ? 3000 : 600;
+  set_timeout_ms(timeout_ms);
+  double T = timeout_ms / 1000.0;
+  int four = 4;
+  chan ca;
+  chan_open(&ca);
+  int apid = chan_spawn(&ca, one_key_exporter, &four);
+  char ka[4][KEYLEN];
+  from_child(&ca, ka, sizeof ka);
+  enum { N = 8 };
+  int stop = 0;
+  pipe_worker w[N];
+  pthread_t t[N];
+  for (int i = 0; i < N; i++) {
+    w[i] = (pipe_worker){ka, i, &stop, 0, 0, 0};
+    CHECK(pthread_create(&t[i], NULL, pipe_loop, &w[i]) == 0);
+  }
+  int st;
+  usleep((useconds_t)(T * 1e6 / 2));
+  kill(apid, SIGSTOP); /* shorter than the timeout */
+  CHECK(waitpid(apid, &st, WUNTRACED) == apid && WIFSTOPPED(st));
+  usleep((useconds_t)(T * 1e6 / 3));
+  kill(apid, SIGCONT);
+  usleep((useconds_t)(T * 1e6 / 2));
+  long timeouts_short = 0;
+  for (int i = 0; i < N; i++) timeouts_short += __atomic_load_n(&w[i].timeouts, __ATOMIC_RELAXED);
+  kill(apid, SIGSTOP); /* longer */
+  CHECK(waitpid(apid, &st, WUNTRACED) == apid && WIFSTOPPED(st));
+  usleep((useconds_t)(T * 1e6 * 2));
+  kill(apid, SIGCONT);
+  usleep((useconds_t)(T * 1e6 / 2));
+  __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+  long ok = 0, timeouts = 0;
+  double worst = 0;
+  for (int i = 0; i < N; i++) {
+    pthread_join(t[i], NULL);
+    ok += w[i].ok;
+    timeouts += w[i].timeouts;
+    if (w[i].worst_s > worst) worst = w[i].worst_s;
+  }
+  fprintf(stderr, "  %d threads, one connection: %ld imports, %ld timed out (%ld in the short stop); slowest call "
+          "%.0f ms with a %d ms timeout\n", N, ok, timeouts, timeouts_short, worst * 1e3, timeout_ms);
+  send_int(ca.down[1], 1);
+  CHECK_EQ(th_wait(apid), 0); /* strict closes: cancelled grants came back too */
+  chan_close(&ca);
+  CHECK_EQ(timeouts_short, 0);
+  CHECK(timeouts >= N);        /* every thread was caught by the long stop */
+  CHECK(worst < T * 1.5 + 0.3); /* its own timeout, not others' too */
+  CHECK(ok > 0);
   CHECK_OK(aclFinalize());
 }
 
@@ -1169,10 +1261,10 @@ static size_t hostile_packet(uint64_t *rs, const key_rec *k, uint8_t *b, size_t 
     case 3: /* a RELEASE it may or may not hold */
       return pkt_release(b, k->id, 1 + (uint32_t)((r >> 8) % 3), r >> 16);
     case 4: /* truncated */
-      return (size_t)((r >> 8) % 56);
+      return (size_t)((r >> 8) % IMPORT_LEN);
     case 5: /* oversized: a valid IMPORT with a tail */
-      n = pkt_import(b, k, 1) + (size_t)((r >> 8) % (cap - 56));
-      memset(b + 56, (int)(r >> 32), n - 56);
+      n = pkt_import(b, k, 1) + (size_t)((r >> 8) % (cap - IMPORT_LEN));
+      memset(b + IMPORT_LEN, (int)(r >> 32), n - IMPORT_LEN);
       if ((r >> 30) & 1) memcpy(b + 8, &(uint32_t){(uint32_t)n}, 4); /* and a length that agrees */
       return n;
     case 6: { /* a header of a random type and length */
@@ -1443,7 +1535,7 @@ TEST(hostile_exporter_replies_fail_cleanly) {
     uint8_t b[1024];
     int nfd;
     ssize_t r = raw_recv(conn, b, sizeof b, NULL, &nfd, 0);
-    CHECK(r == 56 && b[6] == 1); /* an IMPORT */
+    CHECK(r == IMPORT_LEN && b[6] == 1); /* an IMPORT */
     uint64_t req;
     memcpy(&req, b + 16, 8);
     size_t n;
