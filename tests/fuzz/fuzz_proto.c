@@ -42,8 +42,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(m.version == AIPC_PROTO_VERSION);
     switch (m.type) {
       case AIPC_MSG_IMPORT:
-        FUZZ_CHECK(size == AIPC_PROTO_HEADER + 32);
-        FUZZ_CHECK(m.export_id != 0 && m.flags <= 1);
+        FUZZ_CHECK(size == AIPC_PROTO_HEADER + 40);
+        FUZZ_CHECK(m.export_id != 0 && m.flags <= 1 && m.settled <= m.req);
+        break;
+      case AIPC_MSG_CANCEL:
+        FUZZ_CHECK(size == AIPC_PROTO_HEADER);
         break;
       case AIPC_MSG_RELEASE:
         FUZZ_CHECK(size == AIPC_PROTO_HEADER + 16);

@@ -127,6 +127,7 @@ static void fz_check_books(void) {
     if (e->closed) FUZZ_CHECK(e->refs_total > 0 && e->closing); /* else it would be finished */
   }
   FUZZ_CHECK(nrefs == g.refs.len);
+  for (aipc__sconn *c = g.sconns; c; c = c->next) FUZZ_CHECK(c->n_grants <= GRANTS_MAX);
   for (aipc__export *e = g.closing; e; e = e->cnext) FUZZ_CHECK(e->closed && e->closing);
   for (aipc__sconn *c = g.sconns; c; c = c->next) {
     FUZZ_CHECK(!c->dead);
@@ -295,18 +296,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (m.export_id == x->id && !(f & 4)) x->asked++;
         m.flags = f & 8 ? (uint32_t)(f >> 6) : 0;
         m.sdid = f & 0x40 && f & 0x80 ? 7 : 0;
+        m.settled = f & 0x20 ? m.req : 0;
         size_t n = aipc__proto_encode(&m, b);
         fz_send(cl.sock, b, n, op % 13 == 9 ? 1 + (f & 1) : 0);
         break;
       }
-      case 2: { /* a RELEASE */
+      case 2: { /* a RELEASE, or a CANCEL of a recent request */
         fz_export *x = fz_pick(&in);
+        uint8_t f = u8(&in);
         aipc__msg m;
         memset(&m, 0, sizeof m);
-        m.type = AIPC_MSG_RELEASE;
-        m.req = req++;
-        m.export_id = x->id;
-        m.count = u8(&in) % 4;
+        if (f & 0x80) {
+          m.type = AIPC_MSG_CANCEL;
+          m.req = req - 1 - ((f >> 2) & 7);
+        } else {
+          m.type = AIPC_MSG_RELEASE;
+          m.req = req++;
+          m.export_id = x->id;
+          m.count = f % 4;
+        }
         size_t n = aipc__proto_encode(&m, b);
         fz_send(cl.sock, b, n, 0);
         break;

@@ -59,8 +59,12 @@ def header(mtype, length, req=1, version=1, reserved=0, magic=MAGIC):
     return struct.pack("<IHHIIQ", magic, version, mtype, length, reserved, req)
 
 
-def imp(export_id=5, secret=bytes(range(16)), flags=0, sdid=0, req=1):
-    return header(1, 56, req) + struct.pack("<Q", export_id) + secret + struct.pack("<II", flags, sdid)
+def imp(export_id=5, secret=bytes(range(16)), flags=0, sdid=0, req=1, settled=0):
+    return header(1, 64, req) + struct.pack("<Q", export_id) + secret + struct.pack("<IIQ", flags, sdid, settled)
+
+
+def cancel(req=1, body=b""):
+    return header(5, 24 + len(body), req) + body
 
 
 def release(export_id=5, count=1, req=2, reserved=0):
@@ -80,6 +84,8 @@ def error(status=507022, text=b"exporter speaks IPC protocol version 1, not 2", 
 def protos():
     seeds = [
         imp(), imp(flags=1), imp(export_id=0), imp(flags=2), imp(sdid=7), imp(export_id=2**64 - 1),
+        imp(req=9, settled=9), imp(req=9, settled=3), imp(req=9, settled=10), imp(req=0, settled=0),
+        cancel(), cancel(req=2**64 - 1), cancel(body=b"\x00" * 8),
         release(), release(count=0), release(reserved=1), release(count=0xFFFFFFFF),
         reply(), reply(flags=3, slot=0), reply(flags=0, slot=0xFFFFFFFF, device=65535, attr=1,
                                               offset=PAGE * 3, size=2**47),
@@ -91,8 +97,8 @@ def protos():
         reply(status=507022, flags=0, size=0, text=b"y" * 255),
         error(), error(text=b""), error(status=0), error(text=b"z" * 256),
         header(1, 24), header(2, 24), header(5, 24), header(0, 24),
-        header(1, 56, version=2) + bytes(32), header(1, 56, reserved=1) + bytes(32),
-        header(1, 56, magic=0) + bytes(32), header(1, 57) + bytes(32),
+        header(1, 64, version=2) + bytes(40), header(1, 64, reserved=1) + bytes(40),
+        header(1, 64, magic=0) + bytes(40), header(1, 65) + bytes(40), header(1, 56) + bytes(32),
         imp()[:40], imp() + b"\x00", b"", b"AIPC", bytes(512), bytes(513),
     ]
     for s in seeds:
@@ -101,7 +107,8 @@ def protos():
 
 # ---- exporter scripts (tests/fuzz/fuzz_server.c) -----------------------------
 # byte 0: peer (0 whitelisted pid, 1 the exporter itself, 2 a stranger; +0x10 another uid)
-# ops (op % 13): 0 raw packet (u16 len, bytes), 1 IMPORT (slot, flags), 2 RELEASE (slot, count),
+# ops (op % 13): 0 raw packet (u16 len, bytes), 1 IMPORT (slot, flags), 2 RELEASE (slot, count;
+# count >= 0x80: CANCEL of an earlier request),
 # 3 ledger write (flags[, u16 slot][, u32 value]), 4 service (n), 5 read replies,
 # 6 exporter close (slot), 7 own import (slot), 8 sweep, 9 IMPORT with fds (slot, flags),
 # 10 half-close, 11 whitelist/attribute (slot, flags), 12 random-field packet (type, bytes)
@@ -115,6 +122,11 @@ def op_import(slot, flags=0):
 
 def op_release(slot, count=1):
     return bytes([2, slot, count])
+
+
+def op_cancel(back=0):
+    """CANCEL of the request `back` before the last one sent."""
+    return bytes([2, 0, 0x80 | (back << 2)])
 
 
 def op_ledger(pick_granted=True, value_index=1, slot=0, value=None):
@@ -169,7 +181,13 @@ def servers():
         bytes([0]) + op_import(0) + op_import(1) + HALF + SERVE + SERVE + SERVE,
         bytes([0]) + op_import(0) + op_import(2) + SERVE + SERVE + READ + bytes([6, 0, 6, 2]),
         # another protocol version
-        bytes([0]) + bytes([0]) + struct.pack("<H", 56) + header(1, 56, version=2) + bytes(32) + SERVE + READ,
+        bytes([0]) + bytes([0]) + struct.pack("<H", 64) + header(1, 64, version=2) + bytes(40) + SERVE + READ,
+        # cancelled grants: served then cancelled, cancelled twice, settled then cancelled, never granted
+        bytes([0]) + op_import(0) + op_cancel() + SERVE + SERVE + READ + bytes([6, 0]) + SWEEP,
+        bytes([0]) + op_import(0) + op_import(1) + op_cancel(1) + op_cancel(1) + SERVE + SERVE + SERVE + SERVE + READ,
+        bytes([0]) + op_import(0) + op_import(1, 0x20) + op_cancel(1) + SERVE + SERVE + SERVE + READ,
+        bytes([2]) + op_import(0) + op_cancel() + SERVE + SERVE + READ,
+        bytes([0]) + op_import(0) + SERVE + READ + op_release(0) + op_cancel() + SERVE + SERVE,
     ]
     for s in seeds:
         write("server", s)
