@@ -22,6 +22,8 @@ emulated); ``provider_info()`` says which, from where and why.
 
 from ._version import __version__
 from ._C import (
+    KEY_LEN,
+    PAGE_SIZE,
     AclError,
     DeviceArray,
     IpcHandle,
@@ -40,6 +42,8 @@ from ._C import (
 )
 
 __all__ = [
+    "KEY_LEN",
+    "PAGE_SIZE",
     "AclError",
     "DeviceArray",
     "IpcHandle",

@@ -199,7 +199,10 @@ PyObject *aipc_py_array_dlpack(PyObject *self_obj, PyObject *args, PyObject *kwa
   int64_t *shape = ctx->dims, *strides = ctx->dims + slots;
   for (int i = 0; i < ndim; i++) {
     shape[i] = (int64_t)self->shape[i];
-    strides[i] = (int64_t)(self->strides[i] / itemsize);
+    /* A dimension of extent 1 never uses its stride; a negative one there
+     * is written as its absolute value, so no capsule carries one. */
+    Py_ssize_t st = self->strides[i] < 0 ? -self->strides[i] : self->strides[i];
+    strides[i] = (int64_t)(st / itemsize);
   }
   aipc_DLTensor *t = versioned ? &ctx->m.versioned.dl_tensor : &ctx->m.legacy.dl_tensor;
   t->data = (char *)alloc->base + self->offset;

@@ -6,7 +6,9 @@
  *   - kill -9 of importers in the middle of their open/close loops;
  *   - kill -9 of an exporter while several importers, on several devices,
  *     hold mappings and one is in the middle of its loop;
- *   - a stopped exporter stalls only the calls that need it;
+ *   - a stopped exporter stalls only the calls that need it, each for its
+ *     own timeout; threads sharing its connection through stops and
+ *     timeouts; timed-out imports cancelled so no reference is left over;
  *   - fork in the middle of a session with live exports, imports and
  *     traffic on other threads;
  *   - the descriptor limit (RLIMIT_NOFILE) reached, in importer and
@@ -20,12 +22,6 @@
  * Each keeps to the promise in docs/reliability.md: a code and a message,
  * never a crash or a hang; nothing lost; descriptors and mappings back to
  * where they were.
- *
- * Three tests here fail on the current core, each for an open bug described
- * in docs/reliability.md ("Open bugs"): stopped_exporter_every_call_bounded_
- * by_the_timeout, timed_out_import_leaves_no_reference_behind and
- * fd_limit_in_the_importer_error_names_the_cause. AIPC_SKIP_KNOWN_BUGS=1
- * skips them (saying so) until they are fixed.
  */
 #define _GNU_SOURCE
 #include <poll.h>
@@ -42,16 +38,6 @@ static uint64_t xs(uint64_t *s) {
   x ^= x >> 7;
   x ^= x << 17;
   return *s = x ? x : 0x9E3779B97F4A7C15ull;
-}
-
-/* The tests of open core bugs (listed in docs/reliability.md) fail until the
- * bug is fixed. AIPC_SKIP_KNOWN_BUGS=1 skips them, loudly, for a run that
- * must be green meanwhile. */
-static int skip_known_bug(const char *what) {
-  const char *s = getenv("AIPC_SKIP_KNOWN_BUGS");
-  if (!s || strcmp(s, "1") != 0) return 0;
-  printf("  (SKIPPED: open core bug, %s; see docs/reliability.md)\n", what);
-  return 1;
 }
 
 static void set_timeout_ms(int ms) {
@@ -556,7 +542,6 @@ TEST(stopped_exporter_stalls_only_its_own_imports) {
  * a close, or another import, must not queue behind the stalled import for
  * the connection. */
 TEST(stopped_exporter_every_call_bounded_by_the_timeout) {
-  if (skip_known_bug("a close or import waits behind another thread's stalled import")) return;
   int timeout_ms = under_valgrind() ? 3000 : 800;
   set_timeout_ms(timeout_ms);
   double T = timeout_ms / 1000.0;
@@ -601,13 +586,11 @@ TEST(stopped_exporter_every_call_bounded_by_the_timeout) {
 }
 
 /* An import that timed out on a stopped exporter: when the exporter resumes,
- * it serves the queued request and counts a reference that nobody holds.
- * The importer gives it back only when it next reads that connection, i.e.
- * at its next import from that exporter; until then a strict close fails
- * naming a process that holds nothing, and a default close keeps the memory
- * allocated. The reference must come back without another call. */
+ * it serves the queued request and counts a reference that nobody holds,
+ * unless the importer's CANCEL takes it back. It must come back without
+ * another call from the importer: otherwise a strict close fails naming a
+ * process that holds nothing, and a default close keeps the memory. */
 TEST(timed_out_import_leaves_no_reference_behind) {
-  if (skip_known_bug("a timed-out import leaves a reference counted in the exporter")) return;
   int timeout_ms = under_valgrind() ? 2000 : 300;
   set_timeout_ms(timeout_ms);
   int one = 1;
@@ -947,7 +930,6 @@ static int skip_under_valgrind(void) {
 
 TEST(fd_limit_in_the_importer_error_names_the_cause) {
   if (skip_under_valgrind()) return;
-  if (skip_known_bug("out of descriptors reported as the exporter's malformed reply")) return;
   int one = 1;
   chan cx;
   chan_open(&cx);

@@ -172,8 +172,15 @@ def test_negative_strides_refused_not_crash():
     with pytest.raises(BufferError):
         np.from_dlpack(r)
     np.testing.assert_array_equal(r.numpy(), np.arange(5)[::-1])
-    # one element along a negative stride is fine
-    assert np.from_dlpack(a[3:2:-1]).tolist() == [3]
+    # one element along a negative stride is fine, and no capsule carries a negative stride
+    one = a[3:2:-1]
+    assert one.strides[0] < 0
+    assert np.from_dlpack(one).tolist() == [3]
+    t = torch.from_dlpack(one)
+    assert t.tolist() == [3] and t.stride()[0] >= 0
+    m = aipc.from_numpy(np.arange(12).reshape(3, 4))[1:2, ::-1][:, 2:3]
+    assert m.shape == (1, 1) and m.strides[1] < 0
+    assert torch.from_dlpack(m).tolist() == [[5]] and min(torch.from_dlpack(m).stride()) >= 0
 
 
 # ---------------------------------------------------------------------------- lifetimes and deleters

@@ -40,7 +40,7 @@ DTYPES = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128",
 ]  # fmt: skip
-PAGE = 4096  # documented as ascend_ipc.PAGE_SIZE; only ascend_ipc._C has it
+PAGE = aipc.PAGE_SIZE
 KNOWN_CODES = {100000, 107000, 107001, 200000, 200002, 200006, 207000, 207001, 207006, 207021, 507000, 507022}
 
 dtypes = st.sampled_from(DTYPES).map(np.dtype)

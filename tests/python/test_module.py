@@ -20,6 +20,10 @@ def test_public_names():
     assert aipc.DeviceArray.__module__ == "ascend_ipc._C"
     assert aipc.IpcHandle.__module__ == "ascend_ipc._C"
     assert issubclass(aipc.AclError, Exception)
+    # the documented constants, at package level
+    assert aipc.PAGE_SIZE == 4096
+    h = aipc.export(aipc.empty(4))
+    assert aipc.KEY_LEN == 65 and len(h.key) < aipc.KEY_LEN  # the C buffer size, NUL included
 
 
 def test_provider_and_devices():
