@@ -201,8 +201,8 @@ PyObject *aipc_py_array_dlpack(PyObject *self_obj, PyObject *args, PyObject *kwa
     shape[i] = (int64_t)self->shape[i];
     /* A dimension of extent 1 never uses its stride; a negative one there
      * is written as its absolute value, so no capsule carries one. */
-    Py_ssize_t st = self->strides[i] < 0 ? -self->strides[i] : self->strides[i];
-    strides[i] = (int64_t)(st / itemsize);
+    Py_ssize_t step = self->strides[i] < 0 ? -self->strides[i] : self->strides[i];
+    strides[i] = (int64_t)(step / itemsize);
   }
   aipc_DLTensor *t = versioned ? &ctx->m.versioned.dl_tensor : &ctx->m.legacy.dl_tensor;
   t->data = (char *)alloc->base + self->offset;
