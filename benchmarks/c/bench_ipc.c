@@ -139,7 +139,7 @@ static void bench_rtt_and_import(int reps, double *rtt_out, double imp_out[NSIZE
   double *rt = malloc(sizeof(double) * (size_t)(block * ROUNDS * 2));
   double *im[NSIZES];
   for (int s = 0; s < NSIZES; s++) im[s] = malloc(sizeof(double) * (size_t)(block * ROUNDS));
-  char msg[56] = {1}, rep[512];
+  char msg[64] = {1}, rep[512];
   int nrt = 0, nim = 0;
   for (int round = -1; round < ROUNDS; round++) { /* round -1 warms up */
     for (int i = 0; i < 2 * block; i++) {
