@@ -196,6 +196,12 @@ def export_new(values, pids=None, name="exported"):
     return aipc.export(a, pids=pids)
 
 
+def close_export(name):
+    """Closes the export of a kept array (raises AclError if importers hold it, in strict mode)."""
+    aipc.export(_kept[name]).close()
+    return True
+
+
 def open_many(handles):
     """Opens each handle, checks element 0 equals its index, writes -index, closes."""
     bad = []

@@ -452,6 +452,60 @@ def test_strict_mode(python, tmp_path):
     assert lines[4] == "importer still reads: [0, 1, 2, 3]"
 
 
+# ---------------------------------------------------------------------------- a stopped exporter
+
+
+STOPPED_SCRIPT = textwrap.dedent(
+    """
+    import multiprocessing, os, signal, sys, time
+    import numpy as np
+    sys.path.insert(0, {tests!r})
+    import aipc_workers as W
+    import ascend_ipc as aipc
+
+    if __name__ == "__main__":
+        w = W.Worker(multiprocessing.get_context("spawn"))
+        try:
+            stalled = w.call(W.export_new, np.arange(4), None, "stalled")
+            held = w.call(W.export_new, np.arange(4) + 10, None, "held")
+            b = held.open()
+            os.kill(w.pid, signal.SIGSTOP)
+            t0 = time.monotonic()
+            try:
+                stalled.open()
+                print("import: succeeded")
+            except aipc.AclError as e:
+                print("import:", e.code, "no reply" in str(e))
+            print("bounded:", time.monotonic() - t0 < 2.0)
+            t0 = time.monotonic()
+            b.close()
+            print("close needs no reply:", time.monotonic() - t0 < 0.2)
+            os.kill(w.pid, signal.SIGCONT)
+            time.sleep(0.5)
+            # strict closes in the exporter: the timed-out import left nothing behind
+            print("exporter closes:", w.call(W.close_export, "stalled"), w.call(W.close_export, "held"))
+        finally:
+            os.kill(w.pid, signal.SIGCONT)
+            w.stop()
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_stopped_exporter_times_out_and_leaves_nothing_behind(python, tmp_path):
+    script = tmp_path / "stopped.py"
+    script.write_text(STOPPED_SCRIPT.format(tests=os.path.dirname(__file__)))
+    env = {"ASCEND_IPC_STRICT": "1", "ASCEND_IPC_TIMEOUT_MS": "500"}
+    rc, out, err = python(f"exec(open({str(script)!r}).read())", env=env, timeout=100)
+    assert rc == 0, err
+    assert out.splitlines() == [
+        "import: 507022 True",
+        "bounded: True",
+        "close needs no reply: True",
+        "exporter closes: True True",
+    ]
+
+
 # ---------------------------------------------------------------------------- lifetimes
 
 
