@@ -5,6 +5,9 @@
  *       connection, at 4 KiB, 1 MiB, 64 MiB and 1 GiB (median of many reps)
  *   (c) exports + closes per second (one process)
  *   (d) aclrtMemcpy device-to-device bandwidth vs plain memcpy
+ * (a) and (b) run with every process pinned to one CPU: on a virtual machine,
+ * waking a peer on an idle vCPU costs tens of microseconds at random, which
+ * would swamp what the two paths differ in (BENCH_PIN=0 lets them float).
  * Prints a table and one JSON line, also written to <build>/bench_c.json.
  * Targets: (b) <= 1.3x (a) at every size, 1 GiB within 1.5x of 4 KiB;
  * (c) >= 200,000/s; (d) >= 0.9x memcpy.
@@ -17,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -102,7 +106,26 @@ static void exporter(int up, int down) {
   ACL(aclFinalize());
 }
 
+/* Pins this process (and the children it forks, and their threads) to the
+ * first CPU it may use; *saved gets the mask to restore. Returns that CPU, or -1. */
+static int pin_to_one_cpu(cpu_set_t *saved) {
+  if (sched_getaffinity(0, sizeof *saved, saved) != 0) return -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+    if (!CPU_ISSET(cpu, saved)) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return sched_setaffinity(0, sizeof one, &one) == 0 ? cpu : -1;
+  }
+  return -1;
+}
+
+static int g_pinned_cpu = -1;
+
 static void bench_rtt_and_import(int reps, double *rtt_out, double imp_out[NSIZES]) {
+  const char *pin = getenv("BENCH_PIN");
+  cpu_set_t saved;
+  if (!pin || strcmp(pin, "0") != 0) g_pinned_cpu = pin_to_one_cpu(&saved);
   /* the floor's peer: a process echoing on a socketpair */
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) exit(3);
@@ -172,6 +195,7 @@ static void bench_rtt_and_import(int reps, double *rtt_out, double imp_out[NSIZE
   waitpid(pid, NULL, 0);
   close(up[0]);
   close(down[1]);
+  if (g_pinned_cpu >= 0) sched_setaffinity(0, sizeof saved, &saved);
 }
 
 /* ---- (c) exports + closes per second ------------------------------------------- */
@@ -236,7 +260,8 @@ int main(int argc, char **argv) {
   ACL(aclFinalize());
 
   int ok_b = 1;
-  printf("ascend_ipc C benchmark: medians of %d timed reps per row, (a) and (b) interleaved\n\n", reps);
+  printf("ascend_ipc C benchmark: medians of %d timed reps per row, (a) and (b) interleaved, %s\n\n", reps,
+         g_pinned_cpu >= 0 ? "pinned to one CPU" : "not pinned");
   printf("%-52s %12s %10s %8s\n", "measure", "value", "target", "ok");
   printf("%-52s %9.2f us %10s %8s\n", "(a) bare Unix SEQPACKET round trip (2 processes)", rtt * 1e6, "floor", "");
   for (int s = 0; s < NSIZES; s++) {
@@ -257,13 +282,13 @@ int main(int argc, char **argv) {
 
   char json[2048];
   snprintf(json, sizeof json,
-           "{\"bench\":\"ipc_c\",\"reps\":%d,\"socket_rtt_us\":%.3f,"
+           "{\"bench\":\"ipc_c\",\"reps\":%d,\"pinned\":%s,\"socket_rtt_us\":%.3f,"
            "\"import_touch_close_us\":{\"4KiB\":%.3f,\"1MiB\":%.3f,\"64MiB\":%.3f,\"1GiB\":%.3f},"
            "\"import_over_rtt\":{\"4KiB\":%.3f,\"1MiB\":%.3f,\"64MiB\":%.3f,\"1GiB\":%.3f},"
            "\"import_1GiB_over_4KiB\":%.3f,\"exports_closes_per_s\":%.0f,"
            "\"d2d_GBps\":%.3f,\"memcpy_GBps\":%.3f,\"d2d_over_memcpy\":%.3f,"
            "\"targets_met\":{\"b_vs_a\":%s,\"b_flat\":%s,\"c\":%s,\"d\":%s}}",
-           reps, rtt * 1e6, imp[0] * 1e6, imp[1] * 1e6, imp[2] * 1e6, imp[3] * 1e6, imp[0] / rtt, imp[1] / rtt,
+           reps, g_pinned_cpu >= 0 ? "true" : "false", rtt * 1e6, imp[0] * 1e6, imp[1] * 1e6, imp[2] * 1e6, imp[3] * 1e6, imp[0] / rtt, imp[1] / rtt,
            imp[2] / rtt, imp[3] / rtt, flat, eps, acl_bw, mc_bw, acl_bw / mc_bw, ok_b ? "true" : "false",
            flat <= 1.5 ? "true" : "false", eps >= 200000 ? "true" : "false", acl_bw / mc_bw >= 0.9 ? "true" : "false");
   printf("\n%s\n", json);
