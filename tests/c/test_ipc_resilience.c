@@ -463,6 +463,22 @@ static int one_key_exporter(chan *c, void *arg) {
   return 0;
 }
 
+/* Starts one_key_exporter with n keys on a new channel; keys gets them.
+ * Returns its pid. */
+static int start_key_exporter(chan *c, int n, void *keys) {
+  chan_open(c);
+  int pid = chan_spawn(c, one_key_exporter, &n); /* the child has its copy of n */
+  from_child(c, keys, (size_t)n * KEYLEN);
+  return pid;
+}
+
+/* SIGSTOP, and wait until the process is stopped. */
+static void stop_process(int pid) {
+  int st;
+  kill(pid, SIGSTOP);
+  CHECK(waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st));
+}
+
 typedef struct stalled_arg {
   const char *key;
   aclError rc;
@@ -481,22 +497,15 @@ static void *stalled_import(void *arg) {
 TEST(stopped_exporter_stalls_only_its_own_imports) {
   int timeout_ms = under_valgrind() ? 3000 : 600;
   set_timeout_ms(timeout_ms);
-  int three = 3, one = 1;
   chan ca, cb;
-  chan_open(&ca);
-  int apid = chan_spawn(&ca, one_key_exporter, &three);
-  chan_open(&cb);
-  int bpid = chan_spawn(&cb, one_key_exporter, &one);
   char ka[3][KEYLEN], kb[KEYLEN];
-  from_child(&ca, ka, sizeof ka);
-  from_child(&cb, kb, KEYLEN);
+  int apid = start_key_exporter(&ca, 3, ka);
+  int bpid = start_key_exporter(&cb, 1, kb);
   void *held = NULL, *p = NULL;
   CHECK_OK(aclrtIpcMemImportByKey(&held, ka[0], 0)); /* held across the stop */
   CHECK_OK(aclrtIpcMemImportByKey(&p, kb, 0));
   CHECK_OK(aclrtIpcMemClose(kb));
-  kill(apid, SIGSTOP);
-  int st;
-  CHECK(waitpid(apid, &st, WUNTRACED) == apid && WIFSTOPPED(st));
+  stop_process(apid);
   stalled_arg sa = {ka[1], 0, 0};
   pthread_t t;
   CHECK(pthread_create(&t, NULL, stalled_import, &sa) == 0);
@@ -545,17 +554,12 @@ TEST(stopped_exporter_every_call_bounded_by_the_timeout) {
   int timeout_ms = under_valgrind() ? 3000 : 800;
   set_timeout_ms(timeout_ms);
   double T = timeout_ms / 1000.0;
-  int three = 3;
   chan ca;
-  chan_open(&ca);
-  int apid = chan_spawn(&ca, one_key_exporter, &three);
   char ka[3][KEYLEN];
-  from_child(&ca, ka, sizeof ka);
+  int apid = start_key_exporter(&ca, 3, ka);
   void *held = NULL;
   CHECK_OK(aclrtIpcMemImportByKey(&held, ka[0], 0));
-  kill(apid, SIGSTOP);
-  int st;
-  CHECK(waitpid(apid, &st, WUNTRACED) == apid && WIFSTOPPED(st));
+  stop_process(apid);
   stalled_arg sa[2] = {{ka[1], 0, 0}, {ka[2], 0, 0}};
   pthread_t t[2];
   CHECK(pthread_create(&t[0], NULL, stalled_import, &sa[0]) == 0);
@@ -593,18 +597,13 @@ TEST(stopped_exporter_every_call_bounded_by_the_timeout) {
 TEST(timed_out_import_leaves_no_reference_behind) {
   int timeout_ms = under_valgrind() ? 2000 : 300;
   set_timeout_ms(timeout_ms);
-  int one = 1;
   chan ca;
-  chan_open(&ca);
-  int apid = chan_spawn(&ca, one_key_exporter, &one);
   char ka[KEYLEN];
-  from_child(&ca, ka, KEYLEN);
+  int apid = start_key_exporter(&ca, 1, ka);
   void *p = NULL;
   CHECK_OK(aclrtIpcMemImportByKey(&p, ka, 0)); /* connected */
   CHECK_OK(aclrtIpcMemClose(ka));
-  kill(apid, SIGSTOP);
-  int st;
-  CHECK(waitpid(apid, &st, WUNTRACED) == apid && WIFSTOPPED(st));
+  stop_process(apid);
   CHECK_MSG(aclrtIpcMemImportByKey(&p, ka, 0), ACL_ERROR_RT_IPC_ERROR, "no reply");
   kill(apid, SIGCONT);
   usleep(200000); /* the exporter serves the queued request */
@@ -656,12 +655,9 @@ TEST(threads_sharing_a_connection_through_stops_and_timeouts) {
   int timeout_ms = under_valgrind() ? 3000 : 600;
   set_timeout_ms(timeout_ms);
   double T = timeout_ms / 1000.0;
-  int four = 4;
   chan ca;
-  chan_open(&ca);
-  int apid = chan_spawn(&ca, one_key_exporter, &four);
   char ka[4][KEYLEN];
-  from_child(&ca, ka, sizeof ka);
+  int apid = start_key_exporter(&ca, 4, ka);
   enum { N = 8 };
   int stop = 0;
   pipe_worker w[N];
@@ -670,17 +666,14 @@ TEST(threads_sharing_a_connection_through_stops_and_timeouts) {
     w[i] = (pipe_worker){ka, i, &stop, 0, 0, 0};
     CHECK(pthread_create(&t[i], NULL, pipe_loop, &w[i]) == 0);
   }
-  int st;
   usleep((useconds_t)(T * 1e6 / 2));
-  kill(apid, SIGSTOP); /* shorter than the timeout */
-  CHECK(waitpid(apid, &st, WUNTRACED) == apid && WIFSTOPPED(st));
+  stop_process(apid); /* shorter than the timeout */
   usleep((useconds_t)(T * 1e6 / 3));
   kill(apid, SIGCONT);
   usleep((useconds_t)(T * 1e6 / 2));
   long timeouts_short = 0;
   for (int i = 0; i < N; i++) timeouts_short += __atomic_load_n(&w[i].timeouts, __ATOMIC_RELAXED);
-  kill(apid, SIGSTOP); /* longer */
-  CHECK(waitpid(apid, &st, WUNTRACED) == apid && WIFSTOPPED(st));
+  stop_process(apid); /* longer */
   usleep((useconds_t)(T * 1e6 * 2));
   kill(apid, SIGCONT);
   usleep((useconds_t)(T * 1e6 / 2));
@@ -794,12 +787,9 @@ static int fork_child_session(chan *c, void *arg) {
 
 TEST(fork_mid_session_with_live_exports_imports_and_traffic) {
   setenv("ASCEND_IPC_STRICT", "1", 1);
-  int two = 2;
   chan cq;
-  chan_open(&cq);
-  int qpid = chan_spawn(&cq, one_key_exporter, &two);
   char kq[2][KEYLEN];
-  from_child(&cq, kq, sizeof kq);
+  int qpid = start_key_exporter(&cq, 2, kq);
   static fork_ctx f;
   memset(&f, 0, sizeof f);
   memcpy(f.k1, kq[0], KEYLEN);
@@ -930,12 +920,9 @@ static int skip_under_valgrind(void) {
 
 TEST(fd_limit_in_the_importer_error_names_the_cause) {
   if (skip_under_valgrind()) return;
-  int one = 1;
   chan cx;
-  chan_open(&cx);
-  int xpid = chan_spawn(&cx, one_key_exporter, &one);
   char kx[KEYLEN];
-  from_child(&cx, kx, KEYLEN);
+  int xpid = start_key_exporter(&cx, 1, kx);
   static int fds[70000];
   int bad = 0;
   for (int spare = 1; spare <= 2; spare++) {
@@ -974,12 +961,9 @@ static aclError import_expect_failure(const char *key, void **p) {
 
 TEST(fd_limit_in_the_importer_clear_error_then_recovery) {
   if (skip_under_valgrind()) return;
-  int two = 2;
   chan cx;
-  chan_open(&cx);
-  int xpid = chan_spawn(&cx, one_key_exporter, &two); /* strict: counts checked at its end */
   char kx[2][KEYLEN];
-  from_child(&cx, kx, sizeof kx);
+  int xpid = start_key_exporter(&cx, 2, kx); /* strict: counts checked at its end */
   static int fds[70000];
   for (int spare = 0; spare <= 2; spare++) {
     /* no connection yet: the socket, the arena fd and the ledger fd all need a slot */
