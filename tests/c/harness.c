@@ -100,13 +100,18 @@ static int run_one(int i) {
     return 1;
   }
   if (pid == 0) {
+    setpgid(0, 0);
     alarm((unsigned)th_timeout());
     th_tests[i].fn();
     exit(0);
   }
+  setpgid(pid, pid); /* as the child does: whichever runs first */
   int status;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  /* The test's own process group: whatever it forked and left behind (a
+   * test killed by its timeout cannot reap its children) goes with it. */
+  kill(-pid, SIGKILL);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
   if (WIFSIGNALED(status))
     fprintf(stderr, "  killed by signal %d%s\n", WTERMSIG(status),

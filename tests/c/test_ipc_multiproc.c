@@ -684,7 +684,8 @@ TEST(fork_child_does_not_inherit_exports) {
 }
 
 static int grandchild_sleep(void *arg) {
-  (void)arg;
+  /* fork() has returned here, so the runtime's atfork handlers have run */
+  send_int(*(int *)arg, 1);
   pause(); /* holds whatever it inherited */
   return 0;
 }
@@ -693,7 +694,12 @@ static int exporter_with_child(chan *c, void *arg) {
   (void)arg;
   char key[KEYLEN] = {0};
   export_new(PAGE, EXPORT_ANY, key);
-  int gc = th_spawn(grandchild_sleep, NULL); /* inherits the parent's fds, minus what atfork closed */
+  int ready[2];
+  CHECK(pipe(ready) == 0);
+  int gc = th_spawn(grandchild_sleep, &ready[1]); /* inherits the parent's fds, minus what atfork closed */
+  CHECK_EQ(recv_int(ready[0]), 1);
+  close(ready[0]);
+  close(ready[1]);
   send_int(c->up[1], gc);
   to_parent(c, key, KEYLEN);
   pause(); /* killed by the test */
