@@ -40,10 +40,12 @@ static uint64_t xs(uint64_t *s) {
   return *s = x ? x : 0x9E3779B97F4A7C15ull;
 }
 
-static void set_timeout_ms(int ms) {
+/* Sets ASCEND_IPC_TIMEOUT_MS for the runtime started next; returns it in seconds. */
+static double set_timeout_ms(int ms) {
   char t[16];
   snprintf(t, sizeof t, "%d", ms);
   setenv("ASCEND_IPC_TIMEOUT_MS", t, 1);
+  return ms / 1000.0;
 }
 
 /* ---- the wire protocol by hand (docs/design-ipc.md) ------------------------------ */
@@ -552,8 +554,7 @@ TEST(stopped_exporter_stalls_only_its_own_imports) {
  * the connection. */
 TEST(stopped_exporter_every_call_bounded_by_the_timeout) {
   int timeout_ms = under_valgrind() ? 3000 : 800;
-  set_timeout_ms(timeout_ms);
-  double T = timeout_ms / 1000.0;
+  double T = set_timeout_ms(timeout_ms);
   chan ca;
   char ka[3][KEYLEN];
   int apid = start_key_exporter(&ca, 3, ka);
@@ -653,8 +654,7 @@ static void *pipe_loop(void *arg) {
 
 TEST(threads_sharing_a_connection_through_stops_and_timeouts) {
   int timeout_ms = under_valgrind() ? 3000 : 600;
-  set_timeout_ms(timeout_ms);
-  double T = timeout_ms / 1000.0;
+  double T = set_timeout_ms(timeout_ms);
   chan ca;
   char ka[4][KEYLEN];
   int apid = start_key_exporter(&ca, 4, ka);
