@@ -127,6 +127,6 @@ demo: $(VENV)/.installed
 	$(VPY) -m ascend_ipc.demo
 
 clean:
-	rm -rf build build-asan build-fuzz $(VENV)/.installed $(ASAN_VENV)
+	rm -rf build build-asan build-fuzz build-tsan $(VENV)/.installed $(ASAN_VENV)
 
 include tests/reliability.mk

@@ -7,6 +7,8 @@
 #   make fuzz-replay   every fuzz target, built with gcc and ASan+UBSan, over
 #                      the committed corpus (tests/fuzz/corpus/<target>), then
 #                      FUZZ_RUNS coverage-guided mutations each (fixed seed): CI
+#   make tsan          ThreadSanitizer over the tests where threads share IPC
+#                      state (not in CI); in build-tsan/
 #   make fuzz          FUZZ_TIME seconds of fuzzing per target: libFuzzer when
 #                      clang is installed, else the gcc driver (coverage-guided
 #                      through -fsanitize-coverage=trace-pc); new inputs go to
@@ -79,3 +81,19 @@ fuzz: $(addprefix $(FUZZ_OUT)/$(FUZZ_KIND)/fuzz_,$(FUZZ_TARGETS))
 	    tail -60 $(FUZZ_OUT)/fuzz_$$t.log; echo "fuzz_$$t FAILED: the input is in $(FUZZ_OUT)/"; exit 1; fi; \
 	  grep -E "^(==driver==|Done|stat::number_of_executed_units|stat::new_units_added|#[0-9]+ *DONE)" $(FUZZ_OUT)/fuzz_$$t.log || true; \
 	done
+
+# ---- ThreadSanitizer over the tests where threads share IPC state ---------------
+# Not in CI (timing-bound tests slow down under TSan); run it after changing the
+# importer's connection sharing or the exporter's locking.
+
+TSAN_TESTS_scale = many_threads_export_import_close_at_once threads_importing_one_key_share_one_mapping
+TSAN_TESTS_resilience = threads_sharing_a_connection_through_stops_and_timeouts \
+  stopped_exporter_every_call_bounded_by_the_timeout timed_out_import_leaves_no_reference_behind \
+  stopped_exporter_stalls_only_its_own_imports
+
+.PHONY: tsan
+tsan:
+	$(MAKE) BUILD=build-tsan OPT=-O1 CFLAGS="-fsanitize=thread" LDFLAGS="-fsanitize=thread" \
+	  build-tsan/tests/test_ipc_scale build-tsan/tests/test_ipc_resilience
+	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_ipc_scale $(TSAN_TESTS_scale)
+	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_ipc_resilience $(TSAN_TESTS_resilience)

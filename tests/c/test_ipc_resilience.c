@@ -642,7 +642,7 @@ static void *pipe_loop(void *arg) {
     if (rc != ACL_SUCCESS) {
       CHECK_EQ(rc, ACL_ERROR_RT_IPC_ERROR);
       CHECK(strstr(aclGetRecentErrMsg(), "no reply") != NULL);
-      w->timeouts++;
+      __atomic_add_fetch(&w->timeouts, 1, __ATOMIC_RELAXED);
       continue;
     }
     CHECK(check_pattern(p, 64 * KiB, 700u + (uint32_t)k));
