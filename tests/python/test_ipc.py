@@ -470,6 +470,8 @@ STOPPED_SCRIPT = textwrap.dedent(
             held = w.call(W.export_new, np.arange(4) + 10, None, "held")
             b = held.open()
             os.kill(w.pid, signal.SIGSTOP)
+            _, status = os.waitpid(w.pid, os.WUNTRACED)  # stopped for sure, every thread
+            assert os.WIFSTOPPED(status)
             t0 = time.monotonic()
             try:
                 stalled.open()
