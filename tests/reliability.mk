@@ -37,7 +37,7 @@ FUZZ_CLANG ?= $(shell command -v clang 2>/dev/null || command -v clang-14 2>/dev
 FUZZ_SRCS_key = tests/fuzz/fuzz_key.c csrc/core/error.c csrc/emu/ipc_key.c
 FUZZ_SRCS_proto = tests/fuzz/fuzz_proto.c csrc/core/error.c csrc/emu/ipc_proto.c
 FUZZ_SRCS_server = tests/fuzz/fuzz_server.c $(filter-out csrc/emu/ipc_server.c,$(CORE_SRCS))
-FUZZ_DEPS = $(HEADERS) $(wildcard tests/fuzz/*.h) csrc/emu/ipc_server.c $(CORE_SRCS)
+FUZZ_DEPS = $(HEADERS) $(wildcard tests/fuzz/*.h) tests/c/raw_socket.h csrc/emu/ipc_server.c $(CORE_SRCS)
 
 FUZZ_CFLAGS = -std=gnu11 -O1 -g -fno-omit-frame-pointer -pthread -Icsrc/include -Icsrc -Itests/fuzz \
   -fsanitize=address,undefined -fno-sanitize-recover=undefined $(CFLAGS)

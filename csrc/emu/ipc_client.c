@@ -549,10 +549,10 @@ static void read_one(aipc__cconn *c, aipc__csock *s) {
   dispatch(c, buf, (size_t)n, fds, nfd, seen, no_fds);
 }
 
-/* r's caller gives up. c->mu held. */
+/* r's caller gives up. c->mu held; r is still waiting, so s is c's socket
+ * (a drop would have failed r). */
 static void abandon(aipc__cconn *c, aipc__csock *s, aipc__creq *r) {
   creq_unlink(c, r);
-  if (c->sock != s) return;
   if (abandoned_add(c, r->id) != 0) {
     conn_drop(c, RT_DEAD, NULL);
     return;

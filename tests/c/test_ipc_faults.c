@@ -5,6 +5,7 @@
 #include <sys/un.h>
 
 #include "ipc_util.h"
+#include "wire_util.h"
 
 /* ---- importer death ---------------------------------------------------------- */
 
@@ -216,42 +217,9 @@ TEST(stopped_exporter_times_out_then_recovers) {
 /* ---- a hostile client --------------------------------------------------------------- */
 
 static int connect_to(const char *key) {
-  key_rec k = key_decode(key);
-  struct sockaddr_un sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sun_family = AF_UNIX;
-  int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "ascend_ipc.%u.%016llx", k.pid,
-                   (unsigned long long)k.nonce);
-  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  int fd = raw_connect(key);
   CHECK(fd >= 0);
-  CHECK(connect(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) == 0);
   return fd;
-}
-
-static size_t msg_header(uint8_t *b, uint32_t magic, uint16_t ver, uint16_t type, uint32_t len, uint64_t req) {
-  memcpy(b, &magic, 4);
-  memcpy(b + 4, &ver, 2);
-  memcpy(b + 6, &type, 2);
-  memcpy(b + 8, &len, 4);
-  memset(b + 12, 0, 4);
-  memcpy(b + 16, &req, 8);
-  return 24;
-}
-
-static size_t msg_import(uint8_t *b, const key_rec *k, uint64_t req) {
-  msg_header(b, 0x43504941u, 1, 1, 64, req);
-  memcpy(b + 24, &k->id, 8);
-  memcpy(b + 32, k->secret, 16);
-  memset(b + 48, 0, 16); /* flags, sdid, settled */
-  return 64;
-}
-
-static size_t msg_release(uint8_t *b, uint64_t id, uint32_t count, uint64_t req) {
-  msg_header(b, 0x43504941u, 1, 3, 40, req);
-  memcpy(b + 24, &id, 8);
-  memcpy(b + 32, &count, 4);
-  memset(b + 36, 0, 4);
-  return 40;
 }
 
 /* 1 if the server closed fd (EOF within 2 s), 0 if it is still open. */
@@ -298,7 +266,7 @@ static int hostile_child(chan *c, void *arg) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     int fd = connect_to(key);
     const char *w = cases[i].what;
-    n = msg_import(b, &k, 1);
+    n = pkt_import(b, &k, 1);
     if (!strcmp(w, "garbage")) {
       for (size_t j = 0; j < 200; j++) b[j] = (uint8_t)(j * 37 + 11);
       n = 200;
@@ -316,7 +284,7 @@ static int hostile_child(chan *c, void *arg) {
     } else if (!strcmp(w, "reply type")) {
       b[6] = 2;
     } else if (!strcmp(w, "release unheld")) {
-      n = msg_release(b, k.id, 1, 1);
+      n = pkt_release(b, k.id, 1, 1);
     } else if (!strcmp(w, "zero length")) {
       n = 0;
     } else if (!strcmp(w, "bad flags")) {
@@ -331,29 +299,10 @@ static int hostile_child(chan *c, void *arg) {
     } else if (!strcmp(w, "settles the future")) {
       b[56] = 2; /* settled 2 > req 1 */
     }
-    if (!strcmp(w, "fd attached")) {
-      struct iovec iov = {b, n};
-      union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr a;
-      } ctl;
-      struct msghdr mh;
-      memset(&mh, 0, sizeof mh);
-      memset(&ctl, 0, sizeof ctl);
-      mh.msg_iov = &iov;
-      mh.msg_iovlen = 1;
-      mh.msg_control = ctl.buf;
-      mh.msg_controllen = sizeof ctl.buf;
-      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-      cm->cmsg_level = SOL_SOCKET;
-      cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      int zero = 0;
-      memcpy(CMSG_DATA(cm), &zero, sizeof zero);
-      CHECK(sendmsg(fd, &mh, 0) == (ssize_t)n);
-    } else {
+    if (!strcmp(w, "fd attached"))
+      CHECK(raw_send(fd, b, n, 0) == (ssize_t)n);
+    else
       CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
-    }
     if (closed_by_server(fd) != cases[i].expect_close)
       th_fail(__FILE__, __LINE__, "case \"%s\": the server %s the connection", w,
               cases[i].expect_close ? "kept" : "closed");
@@ -363,7 +312,7 @@ static int hostile_child(chan *c, void *arg) {
 
   /* another protocol version: an ERROR reply, then closed */
   int fd = connect_to(key);
-  n = msg_import(b, &k, 9);
+  n = pkt_import(b, &k, 9);
   b[4] = 2;
   CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
   struct pollfd pf = {fd, POLLIN, 0};
@@ -378,35 +327,20 @@ static int hostile_child(chan *c, void *arg) {
   fd = connect_to(key);
   int ledger_fd = -1;
   for (int i = 0; i < 3; i++) {
-    n = msg_import(b, &k, (uint64_t)(100 + i));
+    n = pkt_import(b, &k, (uint64_t)(100 + i));
     CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
     uint8_t rep[1024];
-    union {
-      char buf[CMSG_SPACE(sizeof(int) * 4)];
-      struct cmsghdr a;
-    } ctl;
-    struct iovec iov = {rep, sizeof rep};
-    struct msghdr mh;
-    memset(&mh, 0, sizeof mh);
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof ctl.buf;
-    r = recvmsg(fd, &mh, 0);
+    int fds[4], nf;
+    r = raw_recv(fd, rep, sizeof rep, fds, &nf, 0);
     CHECK(r >= 64);
     int32_t status;
     memcpy(&status, rep + 24, 4);
     CHECK_EQ(status, 0);
     uint32_t rflags;
     memcpy(&rflags, rep + 28, 4);
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-      int nf = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-      for (int j = 0; j < nf; j++) {
-        int f;
-        memcpy(&f, CMSG_DATA(cm) + (size_t)j * sizeof(int), sizeof f);
-        if (j == nf - 1 && (rflags & 2)) ledger_fd = f; /* the ledger comes last */
-        else close(f);
-      }
+    for (int j = 0; j < nf; j++) {
+      if (j == nf - 1 && (rflags & 2)) ledger_fd = fds[j]; /* the ledger comes last */
+      else close(fds[j]);
     }
   }
   /* the first grant on a connection carried its release ledger: a sealed
@@ -416,9 +350,9 @@ static int hostile_child(chan *c, void *arg) {
   CHECK(ftruncate(ledger_fd, 1 << 20) != 0); /* nor grow it */
   send_int(c->up[1], 3); /* the exporter now sees references from us */
   CHECK_EQ(recv_int(c->down[0]), 4);
-  n = msg_release(b, k.id, 2, 200);
+  n = pkt_release(b, k.id, 2, 200);
   CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
-  n = msg_release(b, k.id, 2, 201); /* only 1 left */
+  n = pkt_release(b, k.id, 2, 201); /* only 1 left */
   CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
   CHECK(closed_by_server(fd));
   close(fd);
@@ -429,38 +363,24 @@ static int hostile_child(chan *c, void *arg) {
    * the exporter's next look (here: its next IMPORT on that connection) */
   fd = connect_to(key);
   {
-    n = msg_import(b, &k, 300);
+    n = pkt_import(b, &k, 300);
     CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
     uint8_t rep[1024];
-    union {
-      char buf[CMSG_SPACE(sizeof(int) * 4)];
-      struct cmsghdr a;
-    } ctl;
-    struct iovec iov = {rep, sizeof rep};
-    struct msghdr mh;
-    memset(&mh, 0, sizeof mh);
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof ctl.buf;
-    CHECK(recvmsg(fd, &mh, 0) >= 64);
+    int fds[4], nf;
+    CHECK(raw_recv(fd, rep, sizeof rep, fds, &nf, 0) >= 64);
     uint32_t rflags, slot;
     memcpy(&rflags, rep + 28, 4);
     memcpy(&slot, rep + 60, 4);
     CHECK(rflags & 2);
     int lf = -1;
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    int nf = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
     for (int j = 0; j < nf; j++) {
-      int f;
-      memcpy(&f, CMSG_DATA(cm) + (size_t)j * sizeof(int), sizeof f);
-      if (j == nf - 1) lf = f; else close(f);
+      if (j == nf - 1) lf = fds[j]; else close(fds[j]);
     }
     uint32_t *ledger = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, lf, 0);
     CHECK(ledger != MAP_FAILED);
     CHECK(slot < 16384);
     ledger[slot] = 1000; /* holds 1 */
-    n = msg_import(b, &k, 301);
+    n = pkt_import(b, &k, 301);
     CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
     CHECK(closed_by_server(fd));
     munmap(ledger, 65536);
@@ -477,7 +397,7 @@ static int hostile_child(chan *c, void *arg) {
   bad.secret[0] ^= 1; /* failure replies carry text: they fill the queue faster */
   int sent = 0;
   for (int i = 0; i < 200000; i++) {
-    n = msg_import(b, &bad, (uint64_t)i + 1000);
+    n = pkt_import(b, &bad, (uint64_t)i + 1000);
     ssize_t s = send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (s < 0) {
       if (errno == EAGAIN) {

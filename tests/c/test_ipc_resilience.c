@@ -31,6 +31,7 @@
 #include <sys/un.h>
 
 #include "proc_util.h"
+#include "wire_util.h"
 
 static uint64_t xs(uint64_t *s) {
   uint64_t x = *s;
@@ -46,118 +47,6 @@ static double set_timeout_ms(int ms) {
   snprintf(t, sizeof t, "%d", ms);
   setenv("ASCEND_IPC_TIMEOUT_MS", t, 1);
   return ms / 1000.0;
-}
-
-/* ---- the wire protocol by hand (docs/design-ipc.md) ------------------------------ */
-
-#define MAGIC 0x43504941u
-#define IMPORT_LEN 64
-
-static unsigned sockaddr_of(struct sockaddr_un *sa, uint32_t pid, uint64_t nonce) {
-  memset(sa, 0, sizeof *sa);
-  sa->sun_family = AF_UNIX;
-  int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "ascend_ipc.%u.%016llx", pid,
-                   (unsigned long long)nonce);
-  return (unsigned)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-}
-
-/* A raw connection to the exporter of key, or -1. */
-static int raw_connect(const char *key) {
-  key_rec k = key_decode(key);
-  struct sockaddr_un sa;
-  unsigned len = sockaddr_of(&sa, k.pid, k.nonce);
-  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  struct timeval tv = {2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  if (connect(fd, (struct sockaddr *)&sa, len) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-static void put_header(uint8_t *b, uint16_t type, uint32_t len, uint64_t req) {
-  uint32_t magic = MAGIC;
-  uint16_t ver = 1;
-  memcpy(b, &magic, 4);
-  memcpy(b + 4, &ver, 2);
-  memcpy(b + 6, &type, 2);
-  memcpy(b + 8, &len, 4);
-  memset(b + 12, 0, 4);
-  memcpy(b + 16, &req, 8);
-}
-
-/* IMPORT: flags, sdid and settled all 0 */
-static size_t pkt_import(uint8_t *b, const key_rec *k, uint64_t req) {
-  put_header(b, 1, IMPORT_LEN, req);
-  memcpy(b + 24, &k->id, 8);
-  memcpy(b + 32, k->secret, 16);
-  memset(b + 48, 0, 16);
-  return IMPORT_LEN;
-}
-
-static size_t pkt_release(uint8_t *b, uint64_t id, uint32_t count, uint64_t req) {
-  put_header(b, 3, 40, req);
-  memcpy(b + 24, &id, 8);
-  memcpy(b + 32, &count, 4);
-  memset(b + 36, 0, 4);
-  return 40;
-}
-
-/* Sends one packet, with descriptor fd attached when fd >= 0. Returns send's result. */
-static ssize_t raw_send(int sock, const void *b, size_t n, int fd) {
-  struct iovec iov = {(void *)b, n};
-  struct msghdr mh;
-  memset(&mh, 0, sizeof mh);
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr a;
-  } ctl;
-  if (fd >= 0) {
-    memset(&ctl, 0, sizeof ctl);
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof ctl.buf;
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-  }
-  return sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-}
-
-/* Receives one packet into b (cap bytes); the descriptors that came with it
- * go to fds (up to 4, *nfd of them; the rest are closed). Returns recvmsg's
- * result. */
-static ssize_t raw_recv(int sock, uint8_t *b, size_t cap, int *fds, int *nfd, int flags) {
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * 8)];
-    struct cmsghdr a;
-  } ctl;
-  struct iovec iov = {b, cap};
-  struct msghdr mh;
-  memset(&mh, 0, sizeof mh);
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = ctl.buf;
-  mh.msg_controllen = sizeof ctl.buf;
-  ssize_t r = recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
-  *nfd = 0;
-  if (r < 0) return r;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-    size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < k; i++) {
-      int f;
-      memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof f);
-      if (fds && *nfd < 4) fds[(*nfd)++] = f; else close(f);
-    }
-  }
-  return r;
 }
 
 /* 1 if the peer closed sock within wait_s (EOF or reset), 0 if not. Drains
@@ -1521,30 +1410,8 @@ TEST(hostile_exporter_replies_fail_cleanly) {
       memcpy(b + 56, &tl, 4);
       if (fc->status == 0) memcpy(b + 60, &slot, 4);
     }
-    int ok;
-    if (fc->fds == 3) {
-      int three[3] = {mfd, mfd, mfd};
-      struct iovec iov = {b, n};
-      union {
-        char buf[CMSG_SPACE(3 * sizeof(int))];
-        struct cmsghdr a;
-      } ctl;
-      memset(&ctl, 0, sizeof ctl);
-      struct msghdr mh;
-      memset(&mh, 0, sizeof mh);
-      mh.msg_iov = &iov;
-      mh.msg_iovlen = 1;
-      mh.msg_control = ctl.buf;
-      mh.msg_controllen = sizeof ctl.buf;
-      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-      cm->cmsg_level = SOL_SOCKET;
-      cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(3 * sizeof(int));
-      memcpy(CMSG_DATA(cm), three, sizeof three);
-      ok = sendmsg(conn, &mh, MSG_NOSIGNAL) == (ssize_t)n;
-    } else {
-      ok = raw_send(conn, b, n, fc->fds ? mfd : -1) == (ssize_t)n;
-    }
+    int three[3] = {mfd, mfd, mfd};
+    int ok = raw_send_fds(conn, b, n, three, fc->fds == 3 ? 3 : fc->fds ? 1 : 0) == (ssize_t)n;
     CHECK(ok);
     int rc = recv_int(c.up[0]);
     fprintf(stderr, "  hostile exporter, %s -> %d\n", fc->what, rc);

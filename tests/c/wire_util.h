@@ -1,0 +1,74 @@
+/* The wire protocol spoken by hand (docs/design-ipc.md), for tests that
+ * play a hostile or broken peer: raw connections, packets built byte by
+ * byte, descriptors attached and received. Independent of the runtime's own
+ * codec on purpose. Header-only, like ipc_util.h. */
+#ifndef ASCEND_IPC_TEST_WIRE_UTIL_H_
+#define ASCEND_IPC_TEST_WIRE_UTIL_H_
+
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+
+#include "ipc_util.h"
+#include "raw_socket.h"
+
+#define MAGIC 0x43504941u
+#define IMPORT_LEN 64
+
+static inline unsigned sockaddr_of(struct sockaddr_un *sa, uint32_t pid, uint64_t nonce) {
+  memset(sa, 0, sizeof *sa);
+  sa->sun_family = AF_UNIX;
+  int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "ascend_ipc.%u.%016llx", pid,
+                   (unsigned long long)nonce);
+  return (unsigned)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* A raw connection to the exporter of key, or -1. */
+static inline int raw_connect(const char *key) {
+  key_rec k = key_decode(key);
+  struct sockaddr_un sa;
+  unsigned len = sockaddr_of(&sa, k.pid, k.nonce);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct timeval tv = {2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (connect(fd, (struct sockaddr *)&sa, len) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static inline void put_header(uint8_t *b, uint16_t type, uint32_t len, uint64_t req) {
+  uint32_t magic = MAGIC;
+  uint16_t ver = 1;
+  memcpy(b, &magic, 4);
+  memcpy(b + 4, &ver, 2);
+  memcpy(b + 6, &type, 2);
+  memcpy(b + 8, &len, 4);
+  memset(b + 12, 0, 4);
+  memcpy(b + 16, &req, 8);
+}
+
+/* IMPORT: flags, sdid and settled all 0 */
+static inline size_t pkt_import(uint8_t *b, const key_rec *k, uint64_t req) {
+  put_header(b, 1, IMPORT_LEN, req);
+  memcpy(b + 24, &k->id, 8);
+  memcpy(b + 32, k->secret, 16);
+  memset(b + 48, 0, 16);
+  return IMPORT_LEN;
+}
+
+static inline size_t pkt_release(uint8_t *b, uint64_t id, uint32_t count, uint64_t req) {
+  put_header(b, 3, 40, req);
+  memcpy(b + 24, &id, 8);
+  memcpy(b + 32, &count, 4);
+  memset(b + 36, 0, 4);
+  return 40;
+}
+
+
+#endif
