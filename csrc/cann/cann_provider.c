@@ -33,34 +33,39 @@
 typedef void (*any_fn)(void); /* a function pointer of any type, as stored */
 _Static_assert(sizeof(any_fn) == sizeof(void *), "function and data pointers differ in size");
 
-/* ---- state (written once, under load_once) ------------------------------- */
+/* ---- state ------------------------------------------------------------------ */
+
+#define MAX_MISSING 64
+
+/* Everything the provider knows, reached through its table's private_data.
+ * Written once, under load_once (version: under version_once; aclInit's
+ * outcome: under init_mutex). */
+typedef struct cann_state {
+  void *lib;
+  char lib_path[PATH_MAX];
+  aclError (*real_init)(const char *configPath);
+  aipc_cstr (*real_recent_err_msg)(void);
+  const char *missing_names[MAX_MISSING];
+  const char *missing_since[MAX_MISSING];
+  size_t n_missing;
+  char version[VERSION_MAX];
+  const char *version_source;
+  aipc_cann_info info;
+  pthread_mutex_t init_mutex;
+  int init_done;
+  aclError init_rc;
+  char init_message[1024];
+} cann_state;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static aipc_provider table;
+static pthread_once_t version_once = PTHREAD_ONCE_INIT;
+static cann_state state = {.init_mutex = PTHREAD_MUTEX_INITIALIZER};
+static aipc_provider table = {.private_data = &state};
 static const aipc_provider *loaded; /* &table after a successful load */
 static char load_error[ERR_MAX + 512]; /* the paths tried, and advice */
-static void *lib;
-static char lib_path[PATH_MAX];
 
-static aclError (*real_init)(const char *configPath);
-static const char *(*real_recent_err_msg)(void);
-
-#define MAX_MISSING 32
-static const char *missing_names[MAX_MISSING];
-static const char *missing_since[MAX_MISSING];
-static size_t n_missing;
-
-static pthread_once_t version_once = PTHREAD_ONCE_INIT;
-static char version[VERSION_MAX];
-static const char *version_source;
-
-static aipc_cann_info info;
-
-/* aclInit: once per process. */
-static pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
-static int init_done;
-static aclError init_rc;
-static char init_message[1024];
+/* The provider's state, as every entry reaches it. */
+static cann_state *self(void) { return table.private_data; }
 
 /* ---- messages ------------------------------------------------------------ */
 
@@ -77,8 +82,8 @@ static void appendf(char *buf, size_t cap, const char *fmt, ...) {
 
 /* The library's pending message, consumed; NULL if none. */
 static const char *take_library_message(void) {
-  if (real_recent_err_msg == NULL) return NULL;
-  const char *m = real_recent_err_msg();
+  if (self()->real_recent_err_msg == NULL) return NULL;
+  const char *m = self()->real_recent_err_msg();
   return (m != NULL && m[0] != '\0') ? m : NULL;
 }
 
@@ -91,169 +96,67 @@ static const char *cann_recent_err_msg(void) {
 
 /* ---- missing calls ------------------------------------------------------- */
 
-/* The oldest CANN whose documentation lists the call (see docs/hardware.md). */
-static const char *since_of(const char *symbol) {
-  static const struct {
-    const char *symbol;
-    const char *since;
-  } known[] = {
-      {"aclrtIpcMemGetExportKey", "CANN 8.2.RC1"},
-      {"aclrtIpcMemSetImportPid", "CANN 8.2.RC1"},
-      {"aclrtIpcMemImportByKey", "CANN 8.2.RC1"},
-      {"aclrtIpcMemClose", "CANN 8.2.RC1"},
-      {"aclrtIpcMemSetAttr", "CANN 8.5.0"},
-      {"aclrtIpcMemImportPidInterServer", "CANN 8.5.0"},
-      {"aclrtDeviceGetBareTgid", "CANN 8.0.0"},
-  };
-  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
-    if (strcmp(known[i].symbol, symbol) == 0) return known[i].since;
-  }
-  return NULL;
-}
-
 static const char *cann_version(void);
 
-static aclError missing_call(const char *symbol) {
-  const char *since = since_of(symbol);
+static aclError missing_call(const char *symbol, const char *since) {
   return aipc__fail(ACL_ERROR_FEATURE_UNSUPPORTED,
-                    "%s is not available: %.300s (CANN %s) does not export it; %s%s%s", symbol, lib_path,
+                    "%s is not available: %.300s (CANN %s) does not export it; %s%s%s", symbol, self()->lib_path,
                     cann_version(), since != NULL ? "it is in " : "it needs a newer CANN",
                     since != NULL ? since : "", since != NULL ? " and newer" : "");
 }
 
-static aclError stub_finalize(void) { return missing_call("aclFinalize"); }
-static aclError stub_reset_device(int32_t deviceId) {
-  (void)deviceId;
-  return missing_call("aclrtResetDevice");
-}
-static aclError stub_can_access_peer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId) {
-  (void)canAccessPeer, (void)deviceId, (void)peerDeviceId;
-  return missing_call("aclrtDeviceCanAccessPeer");
-}
-static aclError stub_enable_peer_access(int32_t peerDeviceId, uint32_t flags) {
-  (void)peerDeviceId, (void)flags;
-  return missing_call("aclrtDeviceEnablePeerAccess");
-}
-static aclError stub_bare_tgid(int32_t *pid) {
-  (void)pid;
-  return missing_call("aclrtDeviceGetBareTgid");
-}
-static aclError stub_mem_info(aclrtMemAttr attr, size_t *free_bytes, size_t *total) {
-  (void)attr, (void)free_bytes, (void)total;
-  return missing_call("aclrtGetMemInfo");
-}
-static aclError stub_malloc_host(void **hostPtr, size_t size) {
-  (void)hostPtr, (void)size;
-  return missing_call("aclrtMallocHost");
-}
-static aclError stub_free_host(void *hostPtr) {
-  (void)hostPtr;
-  return missing_call("aclrtFreeHost");
-}
-static aclError stub_memcpy_async(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
-                                  aclrtStream stream) {
-  (void)dst, (void)destMax, (void)src, (void)count, (void)kind, (void)stream;
-  return missing_call("aclrtMemcpyAsync");
-}
-static aclError stub_memset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
-  (void)devPtr, (void)maxCount, (void)value, (void)count;
-  return missing_call("aclrtMemset");
-}
-static aclError stub_create_stream(aclrtStream *stream) {
-  (void)stream;
-  return missing_call("aclrtCreateStream");
-}
-static aclError stub_destroy_stream(aclrtStream stream) {
-  (void)stream;
-  return missing_call("aclrtDestroyStream");
-}
-static aclError stub_synchronize_stream(aclrtStream stream) {
-  (void)stream;
-  return missing_call("aclrtSynchronizeStream");
-}
-static aclError stub_ipc_get_export_key(void *devPtr, size_t size, char *key, size_t len, uint64_t flags) {
-  (void)devPtr, (void)size, (void)key, (void)len, (void)flags;
-  return missing_call("aclrtIpcMemGetExportKey");
-}
-static aclError stub_ipc_set_import_pid(const char *key, int32_t *pid, size_t num) {
-  (void)key, (void)pid, (void)num;
-  return missing_call("aclrtIpcMemSetImportPid");
-}
-static aclError stub_ipc_import_pid_inter_server(const char *key, aclrtServerPid *serverPids, size_t num) {
-  (void)key, (void)serverPids, (void)num;
-  return missing_call("aclrtIpcMemImportPidInterServer");
-}
-static aclError stub_ipc_import_by_key(void **devPtr, const char *key, uint64_t flags) {
-  (void)devPtr, (void)key, (void)flags;
-  return missing_call("aclrtIpcMemImportByKey");
-}
-static aclError stub_ipc_set_attr(const char *key, aclrtIpcMemAttrType type, uint64_t attr) {
-  (void)key, (void)type, (void)attr;
-  return missing_call("aclrtIpcMemSetAttr");
-}
-static aclError stub_ipc_close(const char *key) {
-  (void)key;
-  return missing_call("aclrtIpcMemClose");
-}
+/* What a stub returns, by the call's return type: a missing call fails with
+ * a message; a library without messages simply has none. */
+#define MISSING_RESULT_aclError(symbol, since) missing_call(symbol, since)
+#define MISSING_RESULT_aipc_cstr(symbol, since) NULL
+
+/* One stub per call of core/calls.h, used where the library lacks it. */
+#define STUB_(ret, symbol, field, params, args, since, need) \
+  static ret stub_##field params { return MISSING_RESULT_##ret(#symbol, since); }
+AIPC_CALLS(STUB_)
+#undef STUB_
 
 /* ---- aclInit, once ------------------------------------------------------- */
 
 static aclError cann_init(const char *configPath) {
-  pthread_mutex_lock(&init_mutex);
-  if (!init_done) {
-    aclError rc = real_init(configPath);
+  cann_state *st = self();
+  pthread_mutex_lock(&st->init_mutex);
+  if (!st->init_done) {
+    aclError rc = st->real_init(configPath);
     const char *m = take_library_message();
     if (rc == AIPC_CANN_ERROR_REPEAT_INITIALIZE) rc = ACL_SUCCESS; /* someone else initialised it */
     if (rc != ACL_SUCCESS) {
-      snprintf(init_message, sizeof init_message, "aclInit of %.300s failed with %d: %.600s", lib_path, (int)rc,
-               m != NULL ? m : "(the library gave no message)");
+      snprintf(st->init_message, sizeof st->init_message, "aclInit of %.300s failed with %d: %.600s", st->lib_path,
+               (int)rc, m != NULL ? m : "(the library gave no message)");
     }
-    init_rc = rc;
-    init_done = 1;
+    st->init_rc = rc;
+    st->init_done = 1;
   }
-  aclError rc = init_rc;
-  pthread_mutex_unlock(&init_mutex);
-  if (rc != ACL_SUCCESS) return aipc__fail(rc, "%s", init_message);
+  aclError rc = st->init_rc;
+  pthread_mutex_unlock(&st->init_mutex);
+  if (rc != ACL_SUCCESS) return aipc__fail(rc, "%s", st->init_message);
   return ACL_SUCCESS;
 }
 
 /* ---- the symbol table ------------------------------------------------------ */
 
+enum { REQUIRED, OPTIONAL };
+
 typedef struct entry {
   const char *symbol;
-  size_t offset; /* of the field in aipc_provider */
-  any_fn stub;   /* used when the symbol is missing; NULL: the library is unusable without it */
+  size_t offset;     /* of the field in aipc_provider */
+  any_fn stub;       /* used when the symbol is missing */
+  const char *since; /* the oldest CANN that has it, or NULL */
+  int need;          /* REQUIRED: the library is unusable without it */
 } entry;
 
-#define ENTRY(field, symbol, stub) {symbol, offsetof(aipc_provider, field), (any_fn)(stub)}
+#define ENTRY_(ret, symbol, field, params, args, since, need) \
+  {#symbol, offsetof(aipc_provider, field), (any_fn)stub_##field, since, need},
+static const entry entries[] = {AIPC_CALLS(ENTRY_)};
+#undef ENTRY_
 
-static const entry entries[] = {
-    ENTRY(set_device, "aclrtSetDevice", NULL),
-    ENTRY(get_device, "aclrtGetDevice", NULL),
-    ENTRY(get_device_count, "aclrtGetDeviceCount", NULL),
-    ENTRY(malloc, "aclrtMalloc", NULL),
-    ENTRY(free, "aclrtFree", NULL),
-    ENTRY(memcpy, "aclrtMemcpy", NULL),
-    ENTRY(finalize, "aclFinalize", stub_finalize),
-    ENTRY(reset_device, "aclrtResetDevice", stub_reset_device),
-    ENTRY(device_can_access_peer, "aclrtDeviceCanAccessPeer", stub_can_access_peer),
-    ENTRY(device_enable_peer_access, "aclrtDeviceEnablePeerAccess", stub_enable_peer_access),
-    ENTRY(device_get_bare_tgid, "aclrtDeviceGetBareTgid", stub_bare_tgid),
-    ENTRY(get_mem_info, "aclrtGetMemInfo", stub_mem_info),
-    ENTRY(malloc_host, "aclrtMallocHost", stub_malloc_host),
-    ENTRY(free_host, "aclrtFreeHost", stub_free_host),
-    ENTRY(memcpy_async, "aclrtMemcpyAsync", stub_memcpy_async),
-    ENTRY(memset, "aclrtMemset", stub_memset),
-    ENTRY(create_stream, "aclrtCreateStream", stub_create_stream),
-    ENTRY(destroy_stream, "aclrtDestroyStream", stub_destroy_stream),
-    ENTRY(synchronize_stream, "aclrtSynchronizeStream", stub_synchronize_stream),
-    ENTRY(ipc_get_export_key, "aclrtIpcMemGetExportKey", stub_ipc_get_export_key),
-    ENTRY(ipc_set_import_pid, "aclrtIpcMemSetImportPid", stub_ipc_set_import_pid),
-    ENTRY(ipc_import_pid_inter_server, "aclrtIpcMemImportPidInterServer", stub_ipc_import_pid_inter_server),
-    ENTRY(ipc_import_by_key, "aclrtIpcMemImportByKey", stub_ipc_import_by_key),
-    ENTRY(ipc_set_attr, "aclrtIpcMemSetAttr", stub_ipc_set_attr),
-    ENTRY(ipc_close, "aclrtIpcMemClose", stub_ipc_close),
-};
+#define N_ENTRIES (sizeof entries / sizeof entries[0])
+_Static_assert(N_ENTRIES <= MAX_MISSING, "MAX_MISSING is too small for the call list");
 
 static any_fn lookup(void *handle, const char *symbol) {
   any_fn fn;
@@ -263,40 +166,43 @@ static any_fn lookup(void *handle, const char *symbol) {
 }
 
 static void set_entry(const entry *e, any_fn fn) { memcpy((char *)&table + e->offset, &fn, sizeof fn); }
+static any_fn get_entry(const entry *e) {
+  any_fn fn;
+  memcpy(&fn, (char *)&table + e->offset, sizeof fn);
+  return fn;
+}
 
 /* Fills the table from handle. 0, or -1 with the missing required symbols in why. */
 static int fill_table(void *handle, char *why, size_t whylen) {
+  cann_state *st = self();
   int ok = 1;
-  any_fn init = lookup(handle, "aclInit");
-  if (init == NULL) {
-    appendf(why, whylen, " aclInit");
-    ok = 0;
-  }
-  for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
-    if (entries[i].stub == NULL && lookup(handle, entries[i].symbol) == NULL) {
+  for (size_t i = 0; i < N_ENTRIES; i++) {
+    if (entries[i].need == REQUIRED && lookup(handle, entries[i].symbol) == NULL) {
       appendf(why, whylen, " %s", entries[i].symbol);
       ok = 0;
     }
   }
   if (!ok) return -1;
 
-  memset(&table, 0, sizeof table);
-  n_missing = 0;
-  memcpy(&real_init, &init, sizeof init);
-  any_fn recent = lookup(handle, "aclGetRecentErrMsg");
-  memcpy(&real_recent_err_msg, &recent, sizeof recent);
-  for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+  st->n_missing = 0;
+  for (size_t i = 0; i < N_ENTRIES; i++) {
     any_fn fn = lookup(handle, entries[i].symbol);
     if (fn == NULL) {
       fn = entries[i].stub;
-      if (n_missing < MAX_MISSING) {
-        missing_names[n_missing] = entries[i].symbol;
-        const char *since = since_of(entries[i].symbol);
-        missing_since[n_missing] = since != NULL ? since : "a newer CANN";
-        n_missing++;
-      }
+      st->missing_names[st->n_missing] = entries[i].symbol;
+      st->missing_since[st->n_missing] = entries[i].since != NULL ? entries[i].since : "a newer CANN";
+      st->n_missing++;
     }
     set_entry(&entries[i], fn);
+  }
+  /* Two entries wrap the library's own function. */
+  for (size_t i = 0; i < N_ENTRIES; i++) {
+    any_fn fn = get_entry(&entries[i]);
+    if (entries[i].offset == offsetof(aipc_provider, init)) memcpy(&st->real_init, &fn, sizeof fn);
+    if (entries[i].offset == offsetof(aipc_provider, get_recent_err_msg)) {
+      if (fn == entries[i].stub) fn = NULL; /* no messages of its own */
+      memcpy(&st->real_recent_err_msg, &fn, sizeof fn);
+    }
   }
   table.name = "cann";
   table.init = cann_init;
@@ -327,11 +233,11 @@ static void resolve_path(const char *requested) {
   Dl_info dli;
   const char *name = requested;
   void *sym;
-  memcpy(&sym, &real_init, sizeof sym);
+  memcpy(&sym, &self()->real_init, sizeof sym);
   if (dladdr(sym, &dli) != 0 && dli.dli_fname != NULL && dli.dli_fname[0] != '\0') name = dli.dli_fname;
   char resolved[PATH_MAX];
   if (strchr(name, '/') != NULL && realpath(name, resolved) != NULL) name = resolved;
-  snprintf(lib_path, sizeof lib_path, "%s", name);
+  snprintf(self()->lib_path, sizeof self()->lib_path, "%s", name);
 }
 
 static int add_candidate(const char **list, char (*storage)[PATH_MAX], size_t *n, const char *dir_env) {
@@ -381,17 +287,17 @@ static void do_load(void) {
       dlclose(h); /* not a runtime: none of its calls were made */
       continue;
     }
-    lib = h;
+    cann_state *st = self();
+    st->lib = h;
     resolve_path(candidates[i]);
-    table.library_path = lib_path;
+    table.library_path = st->lib_path;
     table.host_visible = dlpack_mode_cpu();
     table.dlpack_device_type = table.host_visible ? AIPC_DLPACK_DEVICE_CPU : AIPC_DLPACK_DEVICE_EXT;
-    table.private_data = lib;
-    info.library_path = lib_path;
-    info.n_missing = n_missing;
-    info.missing = missing_names;
-    info.missing_since = missing_since;
-    info.dlpack_device_type = table.dlpack_device_type;
+    st->info.library_path = st->lib_path;
+    st->info.n_missing = st->n_missing;
+    st->info.missing = st->missing_names;
+    st->info.missing_since = st->missing_since;
+    st->info.dlpack_device_type = table.dlpack_device_type;
     loaded = &table;
     return;
   }
@@ -416,7 +322,7 @@ const aipc_provider *aipc__cann_provider_load(char *err, size_t errlen) {
 /* ---- version ------------------------------------------------------------- */
 
 /* Copies the printable prefix of src (at most VERSION_MAX - 1 characters). */
-static int take_version(const char *src) {
+static int take_version(char *version, const char *src) {
   size_t i = 0;
   while (i < VERSION_MAX - 1 && src[i] >= 0x20 && src[i] < 0x7f) {
     version[i] = src[i];
@@ -427,62 +333,65 @@ static int take_version(const char *src) {
 }
 
 static void do_version(void) {
+  cann_state *st = self();
+  char *version = st->version;
+  size_t version_cap = sizeof st->version;
   /* Room to spare: the CANN structs are a few hundred bytes. */
   char buf[4096];
-  snprintf(version, sizeof version, "unknown");
-  if (lib == NULL) return;
+  snprintf(version, version_cap, "unknown");
+  if (st->lib == NULL) return;
 
-  any_fn fn = lookup(lib, "aclsysGetCANNVersion");
+  any_fn fn = lookup(st->lib, "aclsysGetCANNVersion");
   if (fn != NULL) {
     aclError (*get)(int name, void *version_out);
     memcpy(&get, &fn, sizeof get);
     memset(buf, 0, sizeof buf);
-    if (get(0 /* ACL_PKG_NAME_CANN */, buf) == ACL_SUCCESS && take_version(buf)) {
-      version_source = "aclsysGetCANNVersion";
+    if (get(0 /* ACL_PKG_NAME_CANN */, buf) == ACL_SUCCESS && take_version(version, buf)) {
+      st->version_source = "aclsysGetCANNVersion";
       return;
     }
     (void)take_library_message();
   }
-  fn = lookup(lib, "aclsysGetVersionStr");
+  fn = lookup(st->lib, "aclsysGetVersionStr");
   if (fn != NULL) {
     aclError (*get)(char *pkg, char *version_out);
     memcpy(&get, &fn, sizeof get);
     char pkg[] = "runtime";
     memset(buf, 0, sizeof buf);
-    if (get(pkg, buf) == ACL_SUCCESS && take_version(buf)) {
-      version_source = "aclsysGetVersionStr(runtime)";
+    if (get(pkg, buf) == ACL_SUCCESS && take_version(version, buf)) {
+      st->version_source = "aclsysGetVersionStr(runtime)";
       return;
     }
     (void)take_library_message();
   }
-  fn = lookup(lib, "aclrtGetVersion");
+  fn = lookup(st->lib, "aclrtGetVersion");
   if (fn != NULL) {
     aclError (*get)(int32_t *major, int32_t *minor, int32_t *patch);
     memcpy(&get, &fn, sizeof get);
     int32_t major = 0, minor = 0, patch = 0;
     if (get(&major, &minor, &patch) == ACL_SUCCESS) {
-      snprintf(version, sizeof version, "unknown (AscendCL API %d.%d.%d)", (int)major, (int)minor, (int)patch);
-      version_source = "aclrtGetVersion";
+      snprintf(version, version_cap, "unknown (AscendCL API %d.%d.%d)", (int)major, (int)minor, (int)patch);
+      st->version_source = "aclrtGetVersion";
       return;
     }
     (void)take_library_message();
   }
-  snprintf(version, sizeof version, "unknown");
+  snprintf(version, version_cap, "unknown");
 }
 
 static void do_version_once(void) {
   do_version();
-  info.version = version;
-  info.version_source = version_source;
+  self()->info.version = self()->version;
+  self()->info.version_source = self()->version_source;
 }
 
 static const char *cann_version(void) {
   pthread_once(&version_once, do_version_once);
-  return version;
+  return self()->version;
 }
 
 const aipc_cann_info *aipc__cann_info(void) {
   if (loaded == NULL) return NULL;
   (void)cann_version(); /* fills info.version once */
-  return &info;
+  return &self()->info;
 }

@@ -12,8 +12,9 @@ static __thread int32_t tl_device;
 static __thread uint64_t tl_gen;
 static _Atomic uint64_t g_gen = 1;
 
-/* Bit p of g_peer[d]: device d enabled access to peer p. */
-static _Atomic uint64_t g_peer[AIPC_MAX_DEVICES];
+/* aclrtSetDevice calls per device not yet undone by a reset, process-wide
+ * as in CANN: aclrtResetDeviceForce needs the device to be set. */
+static _Atomic uint32_t g_set_count[AIPC_MAX_DEVICES];
 
 int32_t aipc__device_current(void) {
   return tl_gen == atomic_load_explicit(&g_gen, memory_order_relaxed) ? tl_device : 0;
@@ -27,13 +28,14 @@ static aclError check_id(const char *call, const char *what, int32_t id) {
   return ACL_SUCCESS;
 }
 
-aclError aipc__device_check(int32_t id) { return check_id("runtime", "device", id); }
-
 aclError aipc__emu_set_device(int32_t deviceId) {
   aclError rc = check_id("aclrtSetDevice", "deviceId", deviceId);
   if (rc) return rc;
   tl_device = deviceId;
   tl_gen = atomic_load(&g_gen);
+  uint32_t n = atomic_load(&g_set_count[deviceId]);
+  while (n != UINT32_MAX && !atomic_compare_exchange_weak(&g_set_count[deviceId], &n, n + 1)) {
+  }
   return ACL_SUCCESS;
 }
 
@@ -51,7 +53,25 @@ aclError aipc__emu_get_device_count(uint32_t *count) {
 
 aclError aipc__emu_reset_device(int32_t deviceId) {
   /* The thread's claim ends; its memory stays allocated, as documented. */
-  return check_id("aclrtResetDevice", "deviceId", deviceId);
+  aclError rc = check_id("aclrtResetDevice", "deviceId", deviceId);
+  if (rc) return rc;
+  uint32_t n = atomic_load(&g_set_count[deviceId]);
+  while (n > 0 && !atomic_compare_exchange_weak(&g_set_count[deviceId], &n, n - 1)) {
+  }
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_reset_device_force(int32_t deviceId) {
+  aclError rc = check_id("aclrtResetDeviceForce", "deviceId", deviceId);
+  if (rc) return rc;
+  if (atomic_exchange(&g_set_count[deviceId], 0) == 0)
+    return aipc__fail(ACL_ERROR_RT_CONTEXT_NULL,
+                      "aclrtResetDeviceForce: device %d is not set in this process (no aclrtSetDevice since it was "
+                      "last reset)",
+                      (int)deviceId);
+  /* Its memory stays allocated, as with aclrtResetDevice; its streams go. */
+  aipc__stream_reset_device(deviceId);
+  return ACL_SUCCESS;
 }
 
 aclError aipc__emu_device_can_access_peer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId) {
@@ -71,12 +91,11 @@ aclError aipc__emu_device_enable_peer_access(int32_t peerDeviceId, uint32_t flag
   if (rc) return rc;
   if (flags != 0)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtDeviceEnablePeerAccess: flags must be 0, got 0x%x", flags);
-  int32_t cur = aipc__device_current();
-  if (peerDeviceId == cur)
+  if (peerDeviceId == aipc__device_current())
     return aipc__fail(ACL_ERROR_INVALID_PARAM,
                       "aclrtDeviceEnablePeerAccess: peerDeviceId %d is the current device; a peer is another device",
                       (int)peerDeviceId);
-  atomic_fetch_or(&g_peer[cur], (uint64_t)1 << peerDeviceId);
+  /* Every emulated device reaches every other: nothing to record. */
   return ACL_SUCCESS;
 }
 
@@ -100,8 +119,10 @@ aclError aipc__emu_get_mem_info(aclrtMemAttr attr, size_t *free, size_t *total) 
 
 void aipc__device_finalize(void) {
   atomic_fetch_add(&g_gen, 1);
-  for (int d = 0; d < AIPC_MAX_DEVICES; d++) atomic_store(&g_peer[d], 0);
+  for (int d = 0; d < AIPC_MAX_DEVICES; d++) atomic_store(&g_set_count[d], 0);
 }
+
+aipc_cstr aipc__emu_get_recent_err_msg(void) { return aipc__recent_err_msg(); }
 
 aclError aipc__emu_init(const char *configPath) {
   /* Everything starts lazily; the config file of CANN has no meaning here. */

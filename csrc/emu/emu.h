@@ -36,8 +36,6 @@ const aipc__config *aipc__config_get(void);
 
 /* Calling thread's current device (0 until aclrtSetDevice). */
 int32_t aipc__device_current(void);
-/* ACL_SUCCESS if 0 <= id < devices, else a recorded ACL_ERROR_RT_INVALID_DEVICEID. */
-aclError aipc__device_check(int32_t id);
 
 /* ---- memory.c: every address range the runtime knows in this process ---- */
 
@@ -111,37 +109,14 @@ void aipc__ipc_finalize(void);
 
 /* ---- the emulator's entry points, as listed in the provider table ------ */
 
-aclError aipc__emu_init(const char *configPath);
-aclError aipc__emu_finalize(void);
+#include "core/calls.h"
 
-aclError aipc__emu_set_device(int32_t deviceId);
-aclError aipc__emu_get_device(int32_t *deviceId);
-aclError aipc__emu_get_device_count(uint32_t *count);
-aclError aipc__emu_reset_device(int32_t deviceId);
-aclError aipc__emu_device_can_access_peer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId);
-aclError aipc__emu_device_enable_peer_access(int32_t peerDeviceId, uint32_t flags);
-aclError aipc__emu_device_get_bare_tgid(int32_t *pid);
-aclError aipc__emu_get_mem_info(aclrtMemAttr attr, size_t *free, size_t *total);
+/* aipc__emu_<field> for every call of core/calls.h. */
+#define AIPC_EMU_DECLARE_(ret, symbol, field, params, args, since, need) ret aipc__emu_##field params;
+AIPC_CALLS(AIPC_EMU_DECLARE_)
+#undef AIPC_EMU_DECLARE_
 
-aclError aipc__emu_malloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
-aclError aipc__emu_free(void *devPtr);
-aclError aipc__emu_malloc_host(void **hostPtr, size_t size);
-aclError aipc__emu_free_host(void *hostPtr);
-aclError aipc__emu_memcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind);
-aclError aipc__emu_memcpy_async(void *dst, size_t destMax, const void *src, size_t count,
-                                aclrtMemcpyKind kind, aclrtStream stream);
-aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t count);
-
-aclError aipc__emu_create_stream(aclrtStream *stream);
-aclError aipc__emu_destroy_stream(aclrtStream stream);
-aclError aipc__emu_synchronize_stream(aclrtStream stream);
-
-aclError aipc__emu_ipc_get_export_key(void *devPtr, size_t size, char *key, size_t len, uint64_t flags);
-aclError aipc__emu_ipc_set_import_pid(const char *key, int32_t *pid, size_t num);
-aclError aipc__emu_ipc_import_pid_inter_server(const char *key, aclrtServerPid *serverPids, size_t num);
-aclError aipc__emu_ipc_import_by_key(void **devPtr, const char *key, uint64_t flags);
-aclError aipc__emu_ipc_set_attr(const char *key, aclrtIpcMemAttrType type, uint64_t attr);
-aclError aipc__emu_ipc_close(const char *key);
+/* The table's one entry that is not a CANN call (see core/provider.h). */
 aclError aipc__emu_ipc_get_attr(const char *key, aclrtIpcMemAttrType type, uint64_t *attr);
 
 #endif

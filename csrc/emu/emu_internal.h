@@ -27,6 +27,9 @@ const char *aipc__memcpy_kind_name(int kind);
 
 /* stream.c */
 void aipc__stream_finalize(void);
+/* aclrtResetDeviceForce: waits for the default stream's work, then destroys
+ * the streams created on device without running their queued work. */
+void aipc__stream_reset_device(int32_t device);
 void aipc__stream_atfork_prepare(void);
 void aipc__stream_atfork_parent(void);
 

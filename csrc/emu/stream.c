@@ -38,6 +38,7 @@ typedef struct stream {
   char msg[512];
   pthread_t thread;
   atomic_int refs;
+  int32_t device; /* current device of the thread that created it */
 } stream;
 
 static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -105,6 +106,7 @@ static aclError stream_new(const char *call, stream **out) {
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->idle, NULL);
   atomic_init(&s->refs, 1);
+  s->device = aipc__device_current();
   /* The worker takes no signals: they belong to the application's threads. */
   sigset_t all, old;
   sigfillset(&all);
@@ -119,9 +121,15 @@ static aclError stream_new(const char *call, stream **out) {
   return ACL_SUCCESS;
 }
 
-/* Waits for s's queued work, stops and joins its worker, drops one reference. */
-static void stream_shutdown(stream *s) {
+/* Waits for s's queued work (force: only for the copy already running; the
+ * rest is dropped), stops and joins its worker, drops one reference. */
+static void stream_shutdown(stream *s, bool force) {
   pthread_mutex_lock(&s->mu);
+  if (force) {
+    for (job *j = s->head; j; j = j->next) s->pending--;
+    free_jobs(s);
+    if (s->pending == 0) pthread_cond_broadcast(&s->idle); /* for a synchronize in another thread */
+  }
   while (s->pending > 0) pthread_cond_wait(&s->idle, &s->mu);
   s->stop = true;
   pthread_cond_signal(&s->work);
@@ -161,24 +169,28 @@ aclError aipc__emu_create_stream(aclrtStream *stream_out) {
   int e = aipc__hmap_put(&g_reg, handle_key(s), s);
   pthread_mutex_unlock(&g_reg_mu);
   if (e != 0) {
-    stream_shutdown(s);
+    stream_shutdown(s, false);
     return aipc__fail(ACL_ERROR_BAD_ALLOC, "aclrtCreateStream: out of host memory");
   }
   *stream_out = s;
   return ACL_SUCCESS;
 }
 
-aclError aipc__emu_destroy_stream(aclrtStream h) {
-  if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtDestroyStream: the default stream (NULL) cannot be destroyed");
+static aclError destroy(const char *call, aclrtStream h, bool force) {
+  if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: the default stream (NULL) cannot be destroyed", call);
   pthread_mutex_lock(&g_reg_mu);
   stream *s = aipc__hmap_remove(&g_reg, handle_key(h));
   pthread_mutex_unlock(&g_reg_mu);
   if (!s)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM,
-                      "aclrtDestroyStream: stream %p is not a live stream (never created, or already destroyed)", h);
-  stream_shutdown(s);
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is not a live stream (never created, or already destroyed)",
+                      call, h);
+  stream_shutdown(s, force);
   return ACL_SUCCESS;
 }
+
+aclError aipc__emu_destroy_stream(aclrtStream h) { return destroy("aclrtDestroyStream", h, false); }
+
+aclError aipc__emu_destroy_stream_force(aclrtStream h) { return destroy("aclrtDestroyStreamForce", h, true); }
 
 aclError aipc__emu_synchronize_stream(aclrtStream h) {
   stream *s;
@@ -255,7 +267,36 @@ void aipc__stream_finalize(void) {
     }
     pthread_mutex_unlock(&g_reg_mu);
     if (!s) break;
-    stream_shutdown(s);
+    stream_shutdown(s, false);
+  }
+}
+
+void aipc__stream_reset_device(int32_t device) {
+  pthread_mutex_lock(&g_reg_mu);
+  stream *d = g_default;
+  if (d) atomic_fetch_add(&d->refs, 1);
+  pthread_mutex_unlock(&g_reg_mu);
+  if (d) { /* its work is waited for, as CANN documents; its errors stay for aclrtSynchronizeStream */
+    pthread_mutex_lock(&d->mu);
+    while (d->pending > 0) pthread_cond_wait(&d->idle, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+    put(d);
+  }
+  for (;;) {
+    stream *victim = NULL;
+    pthread_mutex_lock(&g_reg_mu);
+    size_t cur = 0;
+    aipc__hkey k;
+    void *v;
+    while (aipc__hmap_next(&g_reg, &cur, &k, &v)) {
+      if (((stream *)v)->device != device) continue;
+      victim = v;
+      aipc__hmap_remove(&g_reg, k);
+      break;
+    }
+    pthread_mutex_unlock(&g_reg_mu);
+    if (!victim) break;
+    stream_shutdown(victim, true);
   }
 }
 

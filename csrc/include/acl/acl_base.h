@@ -32,6 +32,7 @@ typedef int aclError;
   X(ACL_ERROR_INVALID_PARAM, 100000, "invalid parameter")                      \
   X(ACL_ERROR_RT_PARAM_INVALID, 107000, "runtime: invalid parameter")          \
   X(ACL_ERROR_RT_INVALID_DEVICEID, 107001, "runtime: invalid device id")       \
+  X(ACL_ERROR_RT_CONTEXT_NULL, 107002, "runtime: no current context")         \
   X(ACL_ERROR_BAD_ALLOC, 200000, "memory allocation failed")                   \
   X(ACL_ERROR_INVALID_DEVICE, 200002, "invalid device")                        \
   X(ACL_ERROR_FEATURE_UNSUPPORTED, 200006, "feature not supported")            \

@@ -82,6 +82,14 @@ ACL_FUNC_VISIBILITY aclError aclrtGetDevice(int32_t *deviceId);
 ACL_FUNC_VISIBILITY aclError aclrtGetDeviceCount(uint32_t *count);
 /* Releases the calling thread's claim on deviceId; memory stays allocated. */
 ACL_FUNC_VISIBILITY aclError aclrtResetDevice(int32_t deviceId);
+/*
+ * Ends this process's use of deviceId however many aclrtSetDevice calls
+ * preceded it: waits for the default stream's queued work, then destroys
+ * every stream created on deviceId without running what is still queued on
+ * them. Fails (ACL_ERROR_RT_CONTEXT_NULL) when the device is not set in this
+ * process since its last reset.
+ */
+ACL_FUNC_VISIBILITY aclError aclrtResetDeviceForce(int32_t deviceId);
 ACL_FUNC_VISIBILITY aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId,
                                                       int32_t peerDeviceId);
 /* flags must be 0. */
@@ -124,6 +132,9 @@ ACL_FUNC_VISIBILITY aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t 
 ACL_FUNC_VISIBILITY aclError aclrtCreateStream(aclrtStream *stream);
 /* Waits for the stream's queued work, then destroys it. */
 ACL_FUNC_VISIBILITY aclError aclrtDestroyStream(aclrtStream stream);
+/* Destroys the stream at once: queued work that has not started is dropped
+ * (a copy already running finishes first). */
+ACL_FUNC_VISIBILITY aclError aclrtDestroyStreamForce(aclrtStream stream);
 /* Waits for the stream's queued work; returns the first error it met. */
 ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStream(aclrtStream stream);
 

@@ -1,0 +1,80 @@
+/*
+ * The one list of CANN calls the project implements. Each line names a call
+ * once; everything else is generated from it with X-macros:
+ *
+ *   core/provider.h      the aipc_provider table's fields
+ *   api/acl_api.c        the exported acl* forwarders of libascendcl_emu.so
+ *   emu/emu.h            the emulator's declarations, aipc__emu_<field>
+ *   emu/runtime.c        the emulator's table
+ *   cann/cann_provider.c the dlsym table and the "missing symbol" stubs
+ *
+ * Adding a call: one line here (and its declaration in the public header,
+ * which is CANN's ABI), and aipc__emu_<field> in the emulator.
+ *
+ * X(ret, symbol, field, params, args, since, need)
+ *   ret     return type, one token: aclError, or aipc_cstr (const char *)
+ *   symbol  the CANN name
+ *   field   the provider table's field, also the emulator's function suffix
+ *   params  the parameter list, parenthesised, as CANN declares it
+ *   args    the parameter names, parenthesised, to forward them
+ *   since   the oldest CANN whose documentation lists the call (docs/hardware.md),
+ *           or NULL when every CANN the project supports has it
+ *   need    REQUIRED: a library without it is not a runtime the project can
+ *           use; OPTIONAL: without it only the features that need it fail
+ */
+#ifndef ASCEND_IPC_CORE_CALLS_H_
+#define ASCEND_IPC_CORE_CALLS_H_
+
+#include "acl/acl.h"
+
+/* Return types are single tokens so that a macro can paste them. */
+typedef const char *aipc_cstr;
+
+#define AIPC_CALLS(X)                                                                                          \
+  X(aipc_cstr, aclGetRecentErrMsg, get_recent_err_msg, (void), (), NULL, OPTIONAL)                             \
+  X(aclError, aclInit, init, (const char *configPath), (configPath), NULL, REQUIRED)                            \
+  X(aclError, aclFinalize, finalize, (void), (), NULL, OPTIONAL)                                               \
+  X(aclError, aclrtSetDevice, set_device, (int32_t deviceId), (deviceId), NULL, REQUIRED)                      \
+  X(aclError, aclrtGetDevice, get_device, (int32_t * deviceId), (deviceId), NULL, REQUIRED)                    \
+  X(aclError, aclrtGetDeviceCount, get_device_count, (uint32_t * count), (count), NULL, REQUIRED)              \
+  X(aclError, aclrtResetDevice, reset_device, (int32_t deviceId), (deviceId), NULL, OPTIONAL)                  \
+  X(aclError, aclrtResetDeviceForce, reset_device_force, (int32_t deviceId), (deviceId), NULL, OPTIONAL)       \
+  X(aclError, aclrtDeviceCanAccessPeer, device_can_access_peer,                                                \
+    (int32_t * canAccessPeer, int32_t deviceId, int32_t peerDeviceId), (canAccessPeer, deviceId, peerDeviceId), \
+    NULL, OPTIONAL)                                                                                            \
+  X(aclError, aclrtDeviceEnablePeerAccess, device_enable_peer_access, (int32_t peerDeviceId, uint32_t flags),  \
+    (peerDeviceId, flags), NULL, OPTIONAL)                                                                     \
+  X(aclError, aclrtDeviceGetBareTgid, device_get_bare_tgid, (int32_t * pid), (pid), "CANN 8.0.0", OPTIONAL)    \
+  X(aclError, aclrtGetMemInfo, get_mem_info, (aclrtMemAttr attr, size_t * free, size_t * total),              \
+    (attr, free, total), NULL, OPTIONAL)                                                                       \
+  X(aclError, aclrtMalloc, malloc, (void **devPtr, size_t size, aclrtMemMallocPolicy policy),                  \
+    (devPtr, size, policy), NULL, REQUIRED)                                                                    \
+  X(aclError, aclrtFree, free, (void *devPtr), (devPtr), NULL, REQUIRED)                                       \
+  X(aclError, aclrtMallocHost, malloc_host, (void **hostPtr, size_t size), (hostPtr, size), NULL, OPTIONAL)    \
+  X(aclError, aclrtFreeHost, free_host, (void *hostPtr), (hostPtr), NULL, OPTIONAL)                            \
+  X(aclError, aclrtMemcpy, memcpy,                                                                             \
+    (void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind),                          \
+    (dst, destMax, src, count, kind), NULL, REQUIRED)                                                          \
+  X(aclError, aclrtMemcpyAsync, memcpy_async,                                                                  \
+    (void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind, aclrtStream stream),      \
+    (dst, destMax, src, count, kind, stream), NULL, OPTIONAL)                                                  \
+  X(aclError, aclrtMemset, memset, (void *devPtr, size_t maxCount, int32_t value, size_t count),              \
+    (devPtr, maxCount, value, count), NULL, OPTIONAL)                                                          \
+  X(aclError, aclrtCreateStream, create_stream, (aclrtStream * stream), (stream), NULL, OPTIONAL)              \
+  X(aclError, aclrtDestroyStream, destroy_stream, (aclrtStream stream), (stream), NULL, OPTIONAL)              \
+  X(aclError, aclrtDestroyStreamForce, destroy_stream_force, (aclrtStream stream), (stream), NULL, OPTIONAL)   \
+  X(aclError, aclrtSynchronizeStream, synchronize_stream, (aclrtStream stream), (stream), NULL, OPTIONAL)      \
+  X(aclError, aclrtIpcMemGetExportKey, ipc_get_export_key,                                                     \
+    (void *devPtr, size_t size, char *key, size_t len, uint64_t flags), (devPtr, size, key, len, flags),       \
+    "CANN 8.2.RC1", OPTIONAL)                                                                                  \
+  X(aclError, aclrtIpcMemSetImportPid, ipc_set_import_pid, (const char *key, int32_t *pid, size_t num),        \
+    (key, pid, num), "CANN 8.2.RC1", OPTIONAL)                                                                 \
+  X(aclError, aclrtIpcMemImportPidInterServer, ipc_import_pid_inter_server,                                    \
+    (const char *key, aclrtServerPid *serverPids, size_t num), (key, serverPids, num), "CANN 8.5.0", OPTIONAL) \
+  X(aclError, aclrtIpcMemImportByKey, ipc_import_by_key, (void **devPtr, const char *key, uint64_t flags),     \
+    (devPtr, key, flags), "CANN 8.2.RC1", OPTIONAL)                                                            \
+  X(aclError, aclrtIpcMemSetAttr, ipc_set_attr, (const char *key, aclrtIpcMemAttrType type, uint64_t attr),    \
+    (key, type, attr), "CANN 8.5.0", OPTIONAL)                                                                 \
+  X(aclError, aclrtIpcMemClose, ipc_close, (const char *key), (key), "CANN 8.2.RC1", OPTIONAL)
+
+#endif
