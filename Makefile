@@ -26,11 +26,18 @@ CFLAGS_ALL = -std=gnu11 $(OPT) -g $(WARN) -fPIC -pthread -Icsrc/include -Icsrc $
 LIB_CFLAGS = $(CFLAGS_ALL) -fvisibility=hidden -DACL_BUILDING_LIBRARY
 LDLIBS_ALL = -pthread $(SANFLAGS) $(LDFLAGS)
 
-CORE_SRCS = $(wildcard csrc/core/*.c csrc/emu/*.c)
+# The layers, top down: api (the exported names) -> core (provider table,
+# error table, containers) -> emu (the emulated runtime) -> emu/ipc (its IPC
+# layer) -> os (the platform calls). csrc/cann and csrc/python are built by
+# setup.py into the extension only.
+CORE_SRCS = $(wildcard csrc/core/*.c csrc/os/*.c csrc/emu/*.c csrc/emu/ipc/*.c)
 LIB_SRCS = $(CORE_SRCS) $(wildcard csrc/api/*.c)
 LIB_OBJS = $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
-HEADERS = $(wildcard csrc/include/acl/*.h csrc/core/*.h csrc/emu/*.h)
+HEADERS = $(wildcard csrc/include/acl/*.h csrc/core/*.h csrc/os/*.h csrc/emu/*.h csrc/emu/ipc/*.h)
 LIB = $(BUILD)/libascendcl_emu.so
+# The same objects as a static library, for white-box tests (tests/c/*_internal.c):
+# linked in, the internal aipc__* names are theirs to call.
+INTERNAL_LIB = $(BUILD)/libaipc_internal.a
 
 CTEST_SRCS = $(wildcard tests/c/test_*.c)
 CTESTS = $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(CTEST_SRCS))
@@ -54,17 +61,20 @@ $(BUILD)/obj/%.o: csrc/%.c $(HEADERS)
 $(LIB): $(LIB_OBJS) csrc/api/libascendcl_emu.map
 	$(CC) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=csrc/api/libascendcl_emu.map -Wl,-z,defs $(LDLIBS_ALL)
 
-$(BUILD)/tests/%: tests/c/%.c tests/c/harness.c $(wildcard tests/c/*.h) $(LIB)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< tests/c/harness.c -L$(BUILD) -lascendcl_emu $(RPATH) $(LDLIBS_ALL)
+$(INTERNAL_LIB): $(LIB_OBJS)
+	rm -f $@
+	$(AR) rcs $@ $(LIB_OBJS)
 
-$(BUILD)/bench/%: benchmarks/c/%.c $(LIB)
+# Every C program: what it is made of, then one link rule for all of them.
+# White-box tests link the static library, the rest the shared one.
+PROGRAMS = $(CTESTS) $(CBENCHES) $(EXAMPLES)
+$(CTESTS): $(BUILD)/tests/%: tests/c/%.c tests/c/harness.c $(wildcard tests/c/*.h)
+$(CBENCHES): $(BUILD)/bench/%: benchmarks/c/%.c
+$(EXAMPLES): $(BUILD)/examples/%: examples/c/%.c
+$(PROGRAMS): $(LIB) $(INTERNAL_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< -L$(BUILD) -lascendcl_emu $(RPATH) $(LDLIBS_ALL)
-
-$(BUILD)/examples/%: examples/c/%.c $(LIB)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< -L$(BUILD) -lascendcl_emu $(RPATH) $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -o $@ $(filter %.c,$^) \
+	  $(if $(filter %_internal,$@),$(INTERNAL_LIB),-L$(BUILD) -lascendcl_emu $(RPATH)) $(LDLIBS_ALL)
 
 test-c: $(CTESTS)
 	@set -e; for t in $(CTESTS); do echo "== $$t"; $$t; done
@@ -80,17 +90,26 @@ bench-c: $(CBENCHES)
 demo-c: $(EXAMPLES)
 	$(BUILD)/examples/demo_share
 
-# The Python side: a virtual environment with the package installed in
-# editable mode and the test extra (torch pinned in pyproject.toml).
+# The Python side: virtual environments with the package and its test extra
+# (torch pinned in pyproject.toml). One rule makes each:
+#   $(1) its folder; $(2) pip's way in for the package (-e: editable);
+#   $(3) the environment of a last reinstall of the package alone (a
+#        sanitized build that no later install may replace), or empty.
 VENV ?= .venv
 VPY = $(VENV)/bin/python
-PY_SRCS = setup.py pyproject.toml $(wildcard csrc/*/*.c csrc/*/*.h csrc/include/acl/*.h)
+ASAN_VENV = .venv-asan
+PY_SRCS = setup.py pyproject.toml $(wildcard csrc/*/*.c csrc/*/*.h csrc/*/*/*.c csrc/*/*/*.h csrc/include/acl/*.h)
 
-$(VENV)/.installed: $(PY_SRCS)
-	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install -q setuptools wheel numpy
-	$(VPY) -m pip install -q --no-build-isolation -e '.[test]'
-	touch $@
+define VENV_RULE
+$(1)/.installed: $$(PY_SRCS)
+	test -x $(1)/bin/python || $$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install -q setuptools wheel numpy
+	$(1)/bin/python -m pip install -q --no-build-isolation $(2) '.[test]'
+	$(if $(3),$(3) $(1)/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps .)
+	touch $$@
+endef
+$(eval $(call VENV_RULE,$(VENV),-e,))
+$(eval $(call VENV_RULE,$(ASAN_VENV),,ASCEND_IPC_SANITIZE=1))
 
 venv: $(VENV)/.installed
 
@@ -98,15 +117,6 @@ test-py: $(VENV)/.installed lib
 	$(VPY) -m pytest -q tests/python
 
 # The extension and C core built with ASan+UBSan, under pytest.
-ASAN_VENV = .venv-asan
-$(ASAN_VENV)/.installed: $(PY_SRCS)
-	test -x $(ASAN_VENV)/bin/python || $(PYTHON) -m venv $(ASAN_VENV)
-	$(ASAN_VENV)/bin/python -m pip install -q setuptools wheel numpy
-	$(ASAN_VENV)/bin/python -m pip install -q --no-build-isolation '.[test]'
-	# Last, so no later install replaces the sanitized build with a plain one.
-	ASCEND_IPC_SANITIZE=1 $(ASAN_VENV)/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps .
-	touch $@
-
 test-py-asan: $(ASAN_VENV)/.installed lib
 	cd tests && LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	  ASCEND_IPC_EXPECT_SANITIZED=1 PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
@@ -126,7 +136,10 @@ bench: $(VENV)/.installed bench-c
 demo: $(VENV)/.installed
 	$(VPY) -m ascend_ipc.demo
 
+# Everything the targets above create: build trees, virtual environments, the
+# extension an editable install builds in place, and setuptools' metadata.
 clean:
-	rm -rf build build-asan build-fuzz build-tsan $(VENV)/.installed $(ASAN_VENV)
+	rm -rf build build-asan build-tsan $(FUZZ_OUT) $(VENV) $(ASAN_VENV) ascend_ipc.egg-info
+	rm -f ascend_ipc/_C*.so
 
 include tests/reliability.mk

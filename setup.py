@@ -1,6 +1,6 @@
 """Build of the ascend_ipc extension (ascend_ipc._C).
 
-The extension compiles the C core (csrc/core, csrc/emu) and the cann provider
+The extension compiles the C core (csrc/core, csrc/os, csrc/emu, csrc/emu/ipc) and the cann provider
 (csrc/cann: libascendcl.so opened with dlopen at run time, never linked) in,
 with hidden visibility, next to its own sources (csrc/python); it does not
 build or link libascendcl_emu.so and exports no acl* names, so it can sit
@@ -29,7 +29,7 @@ def _env_on(name):
 def _sources():
     os.chdir(HERE)  # setuptools wants paths relative to setup.py
     srcs = []
-    for pattern in ("csrc/python/*.c", "csrc/core/*.c", "csrc/emu/*.c", "csrc/cann/*.c"):
+    for pattern in ("csrc/python/*.c", "csrc/core/*.c", "csrc/os/*.c", "csrc/emu/*.c", "csrc/emu/ipc/*.c", "csrc/cann/*.c"):
         srcs.extend(sorted(glob.glob(pattern)))
     return srcs
 

@@ -33,29 +33,40 @@ FUZZ_SEED ?= 1
 FUZZ_TARGETS = key proto server
 FUZZ_CLANG ?= $(shell command -v clang 2>/dev/null || command -v clang-14 2>/dev/null || command -v clang-15 2>/dev/null || command -v clang-16 2>/dev/null)
 
-# What each target is made of: the target, and the sources it exercises.
-FUZZ_SRCS_key = tests/fuzz/fuzz_key.c csrc/core/error.c csrc/emu/ipc_key.c
-FUZZ_SRCS_proto = tests/fuzz/fuzz_proto.c csrc/core/error.c csrc/emu/ipc_proto.c
-FUZZ_SRCS_server = tests/fuzz/fuzz_server.c $(filter-out csrc/emu/ipc_server.c,$(CORE_SRCS))
-FUZZ_DEPS = $(HEADERS) $(wildcard tests/fuzz/*.h) tests/c/raw_socket.h csrc/emu/ipc_server.c $(CORE_SRCS)
-
+# Each target links the library's sources as a static library built with the
+# target's instrumentation (no target includes a .c file).
+FUZZ_DEPS = $(wildcard tests/fuzz/*.h) tests/c/raw_socket.h
 FUZZ_CFLAGS = -std=gnu11 -O1 -g -fno-omit-frame-pointer -pthread -Icsrc/include -Icsrc -Itests/fuzz \
   -fsanitize=address,undefined -fno-sanitize-recover=undefined $(CFLAGS)
+FUZZ_COVERAGE_gcc = -fsanitize-coverage=trace-pc
+FUZZ_COVERAGE_clang = -fsanitize=fuzzer-no-link
+FUZZ_CC_gcc = $(CC) $(WARN)
+FUZZ_CC_clang = $(FUZZ_CLANG) $(filter-out -Werror,$(WARN))
 
-# gcc: the standalone driver (tests/fuzz/driver.c, not instrumented), the
-# target and the sources under test with trace-pc coverage.
+$(FUZZ_OUT)/gcc/obj/%.o: csrc/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC_gcc) $(FUZZ_CFLAGS) $(FUZZ_COVERAGE_gcc) -c $< -o $@
+$(FUZZ_OUT)/clang/obj/%.o: csrc/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC_clang) $(FUZZ_CFLAGS) $(FUZZ_COVERAGE_clang) -c $< -o $@
+$(FUZZ_OUT)/gcc/libaipc_internal.a: $(patsubst csrc/%.c,$(FUZZ_OUT)/gcc/obj/%.o,$(LIB_SRCS))
+	rm -f $@
+	$(AR) rcs $@ $^
+$(FUZZ_OUT)/clang/libaipc_internal.a: $(patsubst csrc/%.c,$(FUZZ_OUT)/clang/obj/%.o,$(LIB_SRCS))
+	rm -f $@
+	$(AR) rcs $@ $^
+
+# gcc: the standalone driver (tests/fuzz/driver.c, not instrumented).
 $(FUZZ_OUT)/gcc/driver.o: tests/fuzz/driver.c
 	@mkdir -p $(dir $@)
 	$(CC) $(FUZZ_CFLAGS) $(WARN) -c $< -o $@
 
-$(FUZZ_OUT)/gcc/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OUT)/gcc/driver.o $(FUZZ_DEPS)
-	@mkdir -p $(dir $@)
-	$(CC) $(FUZZ_CFLAGS) $(WARN) -fsanitize-coverage=trace-pc -o $@ $(FUZZ_SRCS_$*) $(FUZZ_OUT)/gcc/driver.o
+$(FUZZ_OUT)/gcc/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OUT)/gcc/driver.o $(FUZZ_OUT)/gcc/libaipc_internal.a $(FUZZ_DEPS)
+	$(FUZZ_CC_gcc) $(FUZZ_CFLAGS) $(FUZZ_COVERAGE_gcc) -o $@ $< $(FUZZ_OUT)/gcc/driver.o $(FUZZ_OUT)/gcc/libaipc_internal.a
 
 # clang: libFuzzer.
-$(FUZZ_OUT)/clang/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_DEPS)
-	@mkdir -p $(dir $@)
-	$(FUZZ_CLANG) $(FUZZ_CFLAGS) $(filter-out -Werror,$(WARN)) -fsanitize=fuzzer -o $@ $(FUZZ_SRCS_$*)
+$(FUZZ_OUT)/clang/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OUT)/clang/libaipc_internal.a $(FUZZ_DEPS)
+	$(FUZZ_CC_clang) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OUT)/clang/libaipc_internal.a
 
 FUZZ_KIND = $(if $(FUZZ_CLANG),clang,gcc)
 

@@ -117,3 +117,8 @@ void aipc__buddy_destroy(aipc__buddy *b) {
   }
   aipc__hmap_clear(&b->by_off);
 }
+
+bool aipc__buddy_all_free(const aipc__buddy *b) {
+  const bfree *f = b->heads[b->max_order];
+  return b->by_off.len == 1 && f != NULL && f->off == 0;
+}

@@ -9,6 +9,7 @@
 #ifndef ASCEND_IPC_EMU_BUDDY_H_
 #define ASCEND_IPC_EMU_BUDDY_H_
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/hashmap.h"
@@ -31,5 +32,7 @@ int aipc__buddy_alloc(aipc__buddy *b, uint64_t len, uint64_t *off);
 /* Returns [off, off+len) from an earlier alloc of exactly len. */
 void aipc__buddy_free(aipc__buddy *b, uint64_t off, uint64_t len);
 void aipc__buddy_destroy(aipc__buddy *b);
+/* Whether every allocation went back: the whole range is one free block again. */
+bool aipc__buddy_all_free(const aipc__buddy *b);
 
 #endif

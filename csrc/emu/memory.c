@@ -25,6 +25,7 @@
 
 #include "buddy.h"
 #include "core/ordmap.h"
+#include "os/os.h"
 #include "emu_internal.h"
 
 typedef struct mblock {
@@ -124,7 +125,7 @@ static aclError arena_open(int32_t dev) {
   uint64_t vsize = arena_vsize(aipc__config_get()->memory);
   char name[32];
   snprintf(name, sizeof name, "ascend_ipc_dev%d", (int)dev);
-  int fd = memfd_create(name, MFD_CLOEXEC);
+  int fd = aipc__os_memfd(name, false);
   if (fd < 0)
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot create the memory of device %d: memfd_create: %s",
                       (int)dev, strerror(errno));

@@ -9,13 +9,13 @@
  * they use a stream; the last reference frees it.
  */
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/hashmap.h"
+#include "os/os.h"
 #include "emu_internal.h"
 
 typedef struct job {
@@ -107,12 +107,7 @@ static aclError stream_new(const char *call, stream **out) {
   pthread_cond_init(&s->idle, NULL);
   atomic_init(&s->refs, 1);
   s->device = aipc__device_current();
-  /* The worker takes no signals: they belong to the application's threads. */
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  int e = pthread_create(&s->thread, NULL, worker, s);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  int e = aipc__os_thread_start(&s->thread, worker, s);
   if (e != 0) {
     put(s);
     return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: cannot start the stream's worker thread: %s", call, strerror(e));

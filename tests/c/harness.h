@@ -54,6 +54,18 @@ void th_fail(const char *file, int line, const char *fmt, ...) __attribute__((no
 
 #define CHECK_OK(call) CHECK_ACL(call, ACL_SUCCESS)
 
+/* The call fails with code and its message contains needle. */
+#define CHECK_MSG(call, code, needle)                                                       \
+  do {                                                                                      \
+    aclError th_r_ = (call);                                                                \
+    const char *th_m_ = aclGetRecentErrMsg();                                               \
+    if (th_r_ != (code))                                                                    \
+      th_fail(__FILE__, __LINE__, "%s returned %d, expected %d (%s)", #call, th_r_, (int)(code), \
+              th_m_ ? th_m_ : "no message");                                                \
+    if (!th_m_ || !strstr(th_m_, needle))                                                   \
+      th_fail(__FILE__, __LINE__, "%s: message \"%s\" lacks \"%s\"", #call, th_m_ ? th_m_ : "(none)", needle); \
+  } while (0)
+
 /* Helpers for multi-process tests. */
 
 /* Forks; the child runs fn(arg) and exits with its return value. Returns the pid. */

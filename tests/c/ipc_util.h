@@ -26,18 +26,6 @@
 #define EXPORT_DEFAULT ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT
 #define EXPORT_ANY ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
 
-/* The call fails with code and its message contains needle. */
-#define CHECK_MSG(call, code, needle)                                                        \
-  do {                                                                                       \
-    aclError r_ = (call);                                                                    \
-    const char *m_ = aclGetRecentErrMsg();                                                   \
-    if (r_ != (code))                                                                        \
-      th_fail(__FILE__, __LINE__, "%s returned %d, expected %d (%s)", #call, r_, (int)(code), \
-              m_ ? m_ : "no message");                                                       \
-    if (!m_ || !strstr(m_, needle))                                                          \
-      th_fail(__FILE__, __LINE__, "%s: message \"%s\" lacks \"%s\"", #call, m_ ? m_ : "(none)", needle); \
-  } while (0)
-
 static inline int under_valgrind(void) { return getenv("ASCEND_IPC_VALGRIND") != NULL; }
 
 /* Under valgrind, a process's leak scan at exit reads every readable

@@ -26,18 +26,6 @@ static double now_s(void) {
 
 static int under_valgrind(void) { return getenv("ASCEND_IPC_VALGRIND") != NULL; }
 
-/* The message left by the last failing call contains needle. */
-#define CHECK_MSG(call, code, needle)                                                   \
-  do {                                                                                  \
-    aclError r_ = (call);                                                               \
-    const char *m_ = aclGetRecentErrMsg();                                              \
-    if (r_ != (code))                                                                   \
-      th_fail(__FILE__, __LINE__, "%s returned %d, expected %d (%s)", #call, r_, (int)(code), \
-              m_ ? m_ : "no message");                                                  \
-    if (!m_ || !strstr(m_, needle))                                                     \
-      th_fail(__FILE__, __LINE__, "%s: message \"%s\" lacks \"%s\"", #call, m_ ? m_ : "(none)", needle); \
-  } while (0)
-
 static void *dmalloc(size_t n) {
   void *p = NULL;
   CHECK_OK(aclrtMalloc(&p, n, ACL_MEM_MALLOC_HUGE_FIRST));
@@ -740,6 +728,73 @@ TEST(stream_destroy_waits_for_pending_work) {
   for (int i = 0; i < N; i++) CHECK(((unsigned char *)b)[i] == 0x33);
   CHECK_OK(aclrtFree(a));
   CHECK_OK(aclrtFree(b));
+  CHECK_OK(aclFinalize());
+}
+
+TEST(stream_destroy_force_drops_queued_work) {
+  enum { N = 16 << 20, K = 256 };
+  void *a = dmalloc(N), *b = dmalloc(N), *mark = dmalloc(4096);
+  CHECK_OK(aclrtMemset(a, N, 0x33, N));
+  CHECK_OK(aclrtMemset(mark, 4096, 0, 4096));
+  char one = 1;
+  aclrtStream s;
+  CHECK_OK(aclrtCreateStream(&s));
+  /* far more work than queueing it takes, then a marker at the very end */
+  for (int i = 0; i < K; i++) CHECK_OK(aclrtMemcpyAsync(b, N, a, N, ACL_MEMCPY_DEVICE_TO_DEVICE, s));
+  CHECK_OK(aclrtMemcpyAsync(mark, 4096, &one, 1, ACL_MEMCPY_HOST_TO_DEVICE, s));
+  CHECK_OK(aclrtDestroyStreamForce(s));
+  CHECK_EQ(((volatile char *)mark)[0], 0); /* the queued tail never ran */
+  /* the handle is gone, like any destroyed stream's */
+  CHECK_MSG(aclrtSynchronizeStream(s), ACL_ERROR_INVALID_PARAM, "not a live stream");
+  CHECK_MSG(aclrtDestroyStreamForce(s), ACL_ERROR_INVALID_PARAM, "not a live stream");
+  CHECK_MSG(aclrtDestroyStreamForce(NULL), ACL_ERROR_INVALID_PARAM, "default stream");
+  /* an empty stream goes the same way */
+  CHECK_OK(aclrtCreateStream(&s));
+  CHECK_OK(aclrtDestroyStreamForce(s));
+  CHECK_OK(aclrtFree(a));
+  CHECK_OK(aclrtFree(b));
+  CHECK_OK(aclrtFree(mark));
+  CHECK_OK(aclFinalize());
+}
+
+TEST(reset_device_force) {
+  CHECK_MSG(aclrtResetDeviceForce(8), ACL_ERROR_RT_INVALID_DEVICEID, "8");
+  CHECK_MSG(aclrtResetDeviceForce(-1), ACL_ERROR_RT_INVALID_DEVICEID, "-1");
+  /* a device this process never set */
+  CHECK_MSG(aclrtResetDeviceForce(1), ACL_ERROR_RT_CONTEXT_NULL, "not set");
+
+  /* however many aclrtSetDevice calls came first, one force reset ends them */
+  CHECK_OK(aclrtSetDevice(1));
+  CHECK_OK(aclrtSetDevice(1));
+  void *d1 = dmalloc(1 << 20);
+  aclrtStream s1;
+  CHECK_OK(aclrtCreateStream(&s1));
+  for (int i = 0; i < 8; i++) CHECK_OK(aclrtMemcpyAsync(d1, 1 << 20, d1, 1 << 20, ACL_MEMCPY_DEVICE_TO_DEVICE, s1));
+  CHECK_OK(aclrtSetDevice(0));
+  aclrtStream s0;
+  CHECK_OK(aclrtCreateStream(&s0));
+  CHECK_OK(aclrtResetDeviceForce(1));
+  /* the streams made on device 1 went with it; device 0's stay */
+  CHECK_MSG(aclrtSynchronizeStream(s1), ACL_ERROR_INVALID_PARAM, "not a live stream");
+  CHECK_OK(aclrtSynchronizeStream(s0));
+  /* its memory stays allocated, as with aclrtResetDevice */
+  CHECK_OK(aclrtMemset(d1, 1 << 20, 7, 1 << 20));
+  CHECK_EQ(((unsigned char *)d1)[(1 << 20) - 1], 7);
+  /* a second force reset finds nothing to end */
+  CHECK_MSG(aclrtResetDeviceForce(1), ACL_ERROR_RT_CONTEXT_NULL, "not set");
+
+  /* CANN's order rules with aclrtResetDevice: paired resets first, then force */
+  CHECK_OK(aclrtSetDevice(1));
+  CHECK_OK(aclrtSetDevice(1));
+  CHECK_OK(aclrtResetDevice(1));
+  CHECK_OK(aclrtResetDeviceForce(1));
+  CHECK_OK(aclrtSetDevice(1));
+  CHECK_OK(aclrtResetDevice(1)); /* the count is back to 0: the device is released */
+  CHECK_MSG(aclrtResetDeviceForce(1), ACL_ERROR_RT_CONTEXT_NULL, "not set");
+
+  CHECK_OK(aclrtSetDevice(0));
+  CHECK_OK(aclrtDestroyStream(s0));
+  CHECK_OK(aclrtFree(d1));
   CHECK_OK(aclFinalize());
 }
 

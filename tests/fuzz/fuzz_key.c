@@ -1,5 +1,5 @@
 /*
- * Fuzz target: IPC key parsing (csrc/emu/ipc_key.c, compiled into the
+ * Fuzz target: IPC key parsing (csrc/emu/ipc/key.c, linked into the
  * target). Any byte string given to aipc__key_parse either is the one
  * canonical spelling of a valid record (and formats back to itself), or is
  * refused with ACL_ERROR_INVALID_PARAM and a message; it never reads past
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "emu/ipc_key.h"
+#include "emu/ipc/key.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

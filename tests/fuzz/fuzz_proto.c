@@ -1,5 +1,5 @@
 /*
- * Fuzz target: the wire protocol's decoder (csrc/emu/ipc_proto.c, compiled
+ * Fuzz target: the wire protocol's decoder (csrc/emu/ipc/proto.c, linked
  * into the target), which both sides run on every packet they receive.
  * For any packet: decoding never reads outside it, and either refuses it
  * with a reason, or accepts a message that satisfies every rule of
@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "emu/emu.h"
-#include "emu/ipc_proto.h"
+#include "emu/ipc/proto.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,7 +1,7 @@
 /*
  * Fuzz target: the exporter's handling of what importers send it
- * (csrc/emu/ipc_server.c, included here so its static functions are ours to
- * call; the rest of the emulator is linked in from csrc/).
+ * (csrc/emu/ipc/exporter.c, driven through its test seams in exporter.h;
+ * the whole emulator is linked in as a static library).
  *
  * Setup, once: four live exports (two devices; whitelist on and off), then
  * the server thread is stopped, so this thread is the server and every step
@@ -26,11 +26,20 @@
  * back to where it started (no block stays pinned).
  */
 #define _GNU_SOURCE
-#include "../../csrc/emu/ipc_server.c"
-
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "emu/emu.h"
+#include "emu/ipc/exporter.h"
+#include "emu/ipc/key.h"
+#include "emu/ipc/proto.h"
 
 #include "fuzz_common.h"
 #include "../c/raw_socket.h"
@@ -93,7 +102,7 @@ static void fz_setup(void) {
   }
   for (int i = 0; i < FZ_EXPORTS; i++) fz_export_slot(i);
   /* from here on this thread is the server: one step at a time */
-  aipc__server_stop_thread();
+  aipc__exporter_stop_server();
   fz_devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   FUZZ_CHECK(fz_devnull >= 0);
   fz_ready = 1;
@@ -107,33 +116,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
-/* g.lock held. */
+/* The exporter's books balance (exporter.c: audit). */
 static void fz_check_books(void) {
-  aipc__hkey k;
-  void *v;
-  size_t nrefs = 0;
-  for (size_t i = 0; aipc__hmap_next(&g.exports, &i, &k, &v);) {
-    aipc__export *e = v;
-    FUZZ_CHECK(k.a == e->id);
-    uint64_t sum = e->self_refs;
-    for (aipc__ref *r = e->refs; r; r = r->enext) {
-      FUZZ_CHECK(r->exp == e);
-      FUZZ_CHECK(!r->conn->dead);
-      FUZZ_CHECK(r->count > 0);
-      FUZZ_CHECK(aipc__hmap_get(&g.refs, rkey(e->id, r->conn->serial)) == r);
-      sum += r->count;
-      nrefs++;
-    }
-    FUZZ_CHECK(sum == e->refs_total);
-    if (e->closed) FUZZ_CHECK(e->refs_total > 0 && e->closing); /* else it would be finished */
-  }
-  FUZZ_CHECK(nrefs == g.refs.len);
-  for (aipc__sconn *c = g.sconns; c; c = c->next) FUZZ_CHECK(c->n_grants <= GRANTS_MAX);
-  for (aipc__export *e = g.closing; e; e = e->cnext) FUZZ_CHECK(e->closed && e->closing);
-  for (aipc__sconn *c = g.sconns; c; c = c->next) {
-    FUZZ_CHECK(!c->dead);
-    for (aipc__ref *r = c->refs; r; r = r->cnext) FUZZ_CHECK(r->conn == c);
-  }
+  const char *why = aipc__exporter_audit();
+  if (why) fprintf(stderr, "fuzz_server: the exporter's books: %s\n", why);
+  FUZZ_CHECK(why == NULL);
 }
 
 typedef struct fz_reader {
@@ -223,19 +210,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int i = 0; i < FZ_EXPORTS; i++) fz_ex[i].asked = 0;
 
   uint8_t who = u8(&in);
-  pthread_mutex_lock(&g.lock);
-  aipc__sconn *c = calloc(1, sizeof *c);
-  FUZZ_CHECK(c != NULL);
-  c->fd = sv[0];
-  c->serial = ++g.next_serial;
   cl.peer = who % 4 == 0 ? 0 : who % 4 == 1 ? 1 : 2;
   cl.other_uid = (who & 0x10) != 0;
-  c->pid = cl.peer == 0 ? fz_friend : cl.peer == 1 ? g.pid : fz_stranger;
-  c->uid = cl.other_uid ? g.euid + 1 : g.euid;
-  c->next = g.sconns;
-  if (g.sconns) g.sconns->prev = c;
-  g.sconns = c;
-  pthread_mutex_unlock(&g.lock);
+  pid_t peer_pid = cl.peer == 0 ? fz_friend : cl.peer == 1 ? getpid() : fz_stranger;
+  uid_t peer_uid = cl.other_uid ? geteuid() + 1 : geteuid();
+  uint64_t conn = aipc__exporter_adopt(sv[0], peer_pid, peer_uid);
+  FUZZ_CHECK(conn != 0);
 
   uint64_t req = 1;
   int steps = 0;
@@ -299,10 +279,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       case 4: { /* the server takes a few messages */
         int n = 1 + u8(&in) % 4;
-        pthread_mutex_lock(&g.lock);
-        if (!c->dead) conn_service(c, n);
+        (void)aipc__exporter_serve(conn, n);
         fz_check_books();
-        pthread_mutex_unlock(&g.lock);
         break;
       }
       case 5:
@@ -322,9 +300,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FUZZ_CHECK(aipc__emu_free(x->ptr) == ACL_SUCCESS); /* deferred while imported */
           }
         }
-        pthread_mutex_lock(&g.lock);
         fz_check_books();
-        pthread_mutex_unlock(&g.lock);
         break;
       }
       case 7: { /* the exporter imports its own key */
@@ -341,10 +317,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         break;
       }
       case 8: /* closed exports look at their ledgers */
-        pthread_mutex_lock(&g.lock);
-        if (g.closing) sweep_closing();
+        aipc__exporter_sweep();
         fz_check_books();
-        pthread_mutex_unlock(&g.lock);
         break;
       case 10: /* the importer half-closes: EOF after what it sent */
         shutdown(cl.sock, SHUT_WR);
@@ -378,13 +352,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* the importer goes away: everything it held is dropped */
   fz_read_replies(&cl);
   close(cl.sock);
-  pthread_mutex_lock(&g.lock);
-  for (int i = 0; i < 100000 && !c->dead; i++) conn_service(c, 64);
-  FUZZ_CHECK(c->dead);
-  free_zombies();
+  bool open = true;
+  for (int i = 0; i < 100000 && open; i++) open = aipc__exporter_serve(conn, 64);
+  FUZZ_CHECK(!open);
+  aipc__exporter_reap();
   fz_check_books();
-  FUZZ_CHECK(g.sconns == NULL && g.refs.len == 0);
-  pthread_mutex_unlock(&g.lock);
+  aipc__exporter_counts n;
+  aipc__exporter_count(&n);
+  FUZZ_CHECK(n.connections == 0 && n.references == 0);
   if (cl.ledger) munmap(cl.ledger, AIPC_LEDGER_BYTES);
 
   /* the exporter ends its own imports; closed exports are finished by now */
@@ -393,13 +368,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       FUZZ_CHECK(aipc__emu_ipc_close(fz_ex[i].key) == ACL_SUCCESS);
       fz_ex[i].self--;
     }
-  pthread_mutex_lock(&g.lock);
   fz_check_books();
-  FUZZ_CHECK(g.closing == NULL);
+  aipc__exporter_count(&n);
+  FUZZ_CHECK(n.closing == 0);
   size_t live = 0;
   for (int i = 0; i < FZ_EXPORTS; i++) live += !fz_ex[i].closed;
-  FUZZ_CHECK(g.exports.len == live);
-  pthread_mutex_unlock(&g.lock);
+  FUZZ_CHECK(n.exports == live);
   for (int i = 0; i < FZ_EXPORTS; i++) {
     if (!fz_ex[i].closed) continue;
     fz_export_slot(i);

@@ -68,15 +68,15 @@ def emu_lib() -> str:
 def old_cann_lib(tmp_path_factory) -> str:
     """The emulator library without the calls of OMITTED, as an older CANN would lack them."""
     cc = _compiler()
-    api = (ROOT / "csrc" / "api" / "acl_api.c").read_text()
-    names = set(re.findall(r"^[A-Za-z][^\n(]*?\b(acl\w+)\(", api, re.M))
+    calls = (ROOT / "csrc" / "core" / "calls.h").read_text()
+    names = set(re.findall(r"\bX\(\w+,\s*(acl\w+),", calls))
     assert set(OMITTED) <= names, names
     out = tmp_path_factory.mktemp("old_cann")
     script = out / "old.map"
     script.write_text("{\n  global:\n" + "".join(f"    {n};\n" for n in sorted(names - set(OMITTED))) +
                       "  local: *;\n};\n")
     lib = out / "libascendcl.so"
-    sources = sorted(str(p) for d in ("core", "emu", "api") for p in (ROOT / "csrc" / d).glob("*.c"))
+    sources = sorted(str(p) for d in ("core", "os", "emu", "api") for p in (ROOT / "csrc" / d).rglob("*.c"))
     _build([cc, "-std=gnu11", "-O1", "-fPIC", "-pthread", "-fvisibility=hidden", "-DACL_BUILDING_LIBRARY",
             "-Icsrc/include", "-Icsrc", "-shared", "-o", str(lib), *sources,
             f"-Wl,--version-script={script}", "-Wl,-z,defs"], "the reduced emulator library")

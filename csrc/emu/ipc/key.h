@@ -49,11 +49,14 @@ aclError aipc__key_parse(const char *call, const char *key, aipc__key *out);
 int aipc__secret_equal(const uint8_t *a, const uint8_t *b);
 
 /*
- * Fills buf with n random bytes from getrandom, through a small pool.
- * Caller holds the IPC lock (the pool is shared). Returns 0 or -1 (errno).
+ * Fills buf with n random bytes from getrandom, through a small pool of its
+ * own (thread-safe). Returns 0 or -1 (errno).
  */
 int aipc__random(void *buf, size_t n);
-/* Forgets the pool (a forked child must never reuse its parent's bytes). */
-void aipc__random_reset(void);
+/* Fork: the pool is held still across it, and a child forgets it (it must
+ * never hand out its parent's bytes). */
+void aipc__random_atfork_prepare(void);
+void aipc__random_atfork_parent(void);
+void aipc__random_atfork_child(void);
 
 #endif

@@ -49,7 +49,8 @@
 #include <stdint.h>
 
 #include "acl/acl.h"
-#include "emu/ipc_key.h"
+#include "emu/ipc/key.h"
+#include "os/os.h"
 
 #define AIPC_PROTO_MAGIC 0x43504941u /* "AIPC" */
 #define AIPC_PROTO_VERSION 1
@@ -106,21 +107,12 @@ typedef enum aipc__decode_result {
 /* Decodes and validates the packet buf[0..len). */
 aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg *m, const char **why);
 
-#include <sys/types.h>
-
-#define AIPC_PROTO_MAX_FDS 8 /* descriptors kept from one packet; more are closed */
-
-/* What aipc__proto_recv saw besides the packet and its descriptors. */
-#define AIPC_RECV_ODD 1u         /* other control messages, or a packet longer than the buffer */
-#define AIPC_RECV_FDS_DROPPED 2u /* MSG_CTRUNC: descriptors were sent that did not arrive
-                                    (the receiver out of descriptors, or more than fit) */
+#define AIPC_PROTO_MAX_FDS AIPC_OS_FDS_MAX
 
 /*
  * Receives one packet from a SEQPACKET socket into buf (recvmsg flags, plus
- * MSG_CMSG_CLOEXEC). Descriptors that came with it go to fds and nfds (the
- * caller owns them; any beyond AIPC_PROTO_MAX_FDS are closed); *seen gets
- * AIPC_RECV_* bits. Returns what recvmsg returned, with errno intact on
- * failure.
+ * MSG_CMSG_CLOEXEC): aipc__os_recv_fds with a buffer of AIPC_PROTO_MAX, so
+ * a longer packet shows as AIPC_RECV_ODD.
  */
 ssize_t aipc__proto_recv(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int fds[AIPC_PROTO_MAX_FDS],
                          int *nfds, unsigned *seen);

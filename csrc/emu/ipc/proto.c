@@ -1,11 +1,9 @@
-/* The wire protocol: encode, decode, validate. See ipc_proto.h. */
-#include "emu/ipc_proto.h"
+/* The wire protocol: encode, decode, validate. See proto.h. */
+#include "emu/ipc/proto.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/le.h"
@@ -182,37 +180,5 @@ void aipc__proto_set_text(aipc__msg *m, const char *fmt, ...) {
 
 ssize_t aipc__proto_recv(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int fds[AIPC_PROTO_MAX_FDS],
                          int *nfds, unsigned *seen) {
-  union {
-    char b[CMSG_SPACE(sizeof(int) * AIPC_PROTO_MAX_FDS)];
-    struct cmsghdr align;
-  } ctl;
-  struct iovec iov = {buf, AIPC_PROTO_MAX};
-  struct msghdr mh;
-  memset(&mh, 0, sizeof mh);
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = ctl.b;
-  mh.msg_controllen = sizeof ctl.b;
-  *nfds = 0;
-  *seen = 0;
-  ssize_t r = recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
-  if (r < 0) return r;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
-      *seen |= AIPC_RECV_ODD;
-      continue;
-    }
-    size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < k; i++) {
-      int f;
-      memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof f);
-      if (*nfds < AIPC_PROTO_MAX_FDS)
-        fds[(*nfds)++] = f;
-      else
-        close(f);
-    }
-  }
-  if (mh.msg_flags & MSG_TRUNC) *seen |= AIPC_RECV_ODD;
-  if (mh.msg_flags & MSG_CTRUNC) *seen |= AIPC_RECV_FDS_DROPPED;
-  return r;
+  return aipc__os_recv_fds(sock, buf, AIPC_PROTO_MAX, flags, fds, nfds, seen);
 }

@@ -27,16 +27,109 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "emu/ipc_internal.h"
+#include "core/hashmap.h"
+#include "emu/emu.h"
+#include "emu/ipc/identity.h"
+#include "emu/ipc/importer.h"
+#include "emu/ipc/proto.h"
+#include "os/os.h"
 
-#define g aipc__g
+typedef struct aipc__cconn aipc__cconn;
+
+/*
+ * A window: one mapping of [index * AIPC_WINDOW, + len) of an exporter's
+ * device arena, shared by every import that lies inside it, so an import
+ * or close costs no mmap/munmap. Kept (idle, LRU) after its last import
+ * closes, up to AIPC_IDLE_WINDOWS_MAX. Guarded by g.lock.
+ */
+typedef struct aipc__win {
+  aipc__cconn *conn;
+  int32_t device;
+  uint64_t index;
+  void *base;
+  size_t len;
+  uint32_t refs; /* live imports in it */
+  struct aipc__win *lprev, *lnext; /* idle LRU (g.idle_wins), oldest first */
+} aipc__win;
+
+#define AIPC_WINDOW ((uint64_t)1 << 30)
+#define AIPC_IDLE_WINDOWS_MAX 16
+
+/* A connected socket, shared by the threads sending and receiving on it:
+ * closed when the last lets go, so its number is never reused under one. */
+typedef struct aipc__csock {
+  int fd;
+  uint32_t refs; /* guarded by the connection's mu */
+} aipc__csock;
+
+typedef struct aipc__creq aipc__creq; /* a request waiting for its reply (ipc_client.c) */
+
+/*
+ * Requests from any number of threads share the connection: each sends its
+ * own and waits with its own deadline; one of them at a time receives
+ * (reading) and hands each reply to its owner.
+ */
+struct aipc__cconn {
+  pthread_mutex_t mu; /* guards the fields up to users; never held across a wait on the exporter */
+  pthread_cond_t cv;  /* a reply was handed out, the reader left, or the connection went */
+  uint32_t pid;
+  uint64_t nonce;
+  aipc__csock *sock; /* NULL when not connected */
+  uint64_t gen;      /* bumped at every (re)connect and drop */
+  uint64_t next_req;
+  bool reading;         /* a thread is receiving for everyone */
+  aipc__creq *pending;  /* requests sent and waiting for their reply */
+  int *arena_fds;       /* per exporter device, -1 when not received yet */
+  uint32_t *ledger;     /* the exporter's release ledger for this connection, or NULL */
+  uint64_t *arena_sizes;
+  size_t n_arena;
+  uint64_t *abandoned; /* ids of cancelled requests whose reply has not come yet */
+  size_t n_abandoned, cap_abandoned;
+  /* g.lock: */
+  uint32_t users;   /* threads working on it */
+  uint32_t imports; /* live import records on it */
+  uint64_t last_used;
+  aipc__hmap wins;  /* {device, index} -> aipc__win */
+};
+
+typedef struct aipc__import {
+  uint64_t nonce, export_id;
+  uint32_t pid;
+  uint8_t secret[AIPC_SECRET_LEN];
+  void *ptr;
+  size_t size;
+  int32_t device;
+  uint32_t attr;
+  uint32_t refs;      /* aclrtIpcMemImportByKey calls not yet closed */
+  uint32_t wire_refs; /* references the exporter counts for this process */
+  uint64_t conn_gen;  /* connection generation those references live on */
+  uint32_t slot;      /* their ledger slot, or AIPC_NO_SLOT */
+  aipc__cconn *conn;
+  aipc__block *block;
+  aipc__win *win; /* NULL: a mapping of its own */
+} aipc__import;
+
+#define AIPC_IDLE_CCONNS_MAX 32
+
+/* Everything the importer knows. g.lock guards the tables and the fields
+ * marked so in the structs above; each connection's mu guards its own. */
+static struct importer_state {
+  pthread_mutex_t lock;
+  uint64_t tick;      /* for LRU of idle connections */
+  aipc__hmap cconns;  /* {pid, nonce} -> aipc__cconn */
+  aipc__hmap imports; /* {nonce, export id} -> aipc__import */
+  uint32_t idle_cconns;
+  aipc__win *idle_head, *idle_tail; /* idle windows, oldest first */
+  uint32_t idle_wins;
+} g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 #define CALL "aclrtIpcMemImportByKey"
 #define ABANDONED_MAX 1024
 
 static aipc__hkey ckey(uint32_t pid, uint64_t nonce) { return (aipc__hkey){pid, nonce}; }
 static aipc__hkey ikey(uint64_t nonce, uint64_t id) { return (aipc__hkey){nonce, id}; }
 
-aipc__import *aipc__import_lookup(const aipc__key *k) {
+/* g.lock held: the import k names, secret checked, or NULL. */
+static aipc__import *import_lookup(const aipc__key *k) {
   aipc__import *imp = aipc__hmap_get(&g.imports, ikey(k->nonce, k->export_id));
   if (!imp || imp->pid != k->pid) return NULL;
   /* A forged key with a known id but the wrong secret must not hit the cache. */
@@ -99,11 +192,7 @@ struct aipc__creq {
   aipc__creq *prev, *next;
 };
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
+static uint64_t now_ms(void) { return aipc__os_now_ms(); }
 
 /* How long one blocking send or receive lasts before its thread looks at its
  * deadline again (the sockets' SO_SNDTIMEO and SO_RCVTIMEO). */
@@ -279,7 +368,7 @@ static const char *fd_limit_hint(char *buf, size_t cap) {
  * its backlog. No lock held. */
 static aclError sock_open(uint32_t pid, uint64_t nonce, int connect_ms, int timeout_ms, int *out) {
   struct sockaddr_un sa;
-  unsigned salen = aipc__ipc_sockaddr(&sa, pid, nonce);
+  unsigned salen = aipc__self_sockaddr(&sa, pid, nonce);
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     int e = errno;
@@ -306,13 +395,13 @@ static aclError sock_open(uint32_t pid, uint64_t nonce, int connect_ms, int time
                         pid);
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot connect to exporter process %u: %s", pid, strerror(e));
   }
-  struct ucred cr;
-  socklen_t cl = sizeof cr;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || (uint32_t)cr.pid != pid) {
+  pid_t peer = 0;
+  uid_t peer_uid;
+  if (aipc__os_peer_cred(fd, &peer, &peer_uid) != 0 || (uint32_t)peer != pid) {
     close(fd);
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
                       CALL ": the socket of exporter process %u is served by another process (%d): key refused", pid,
-                      (int)cr.pid);
+                      (int)peer);
   }
   set_timeouts(fd, slice_ms(timeout_ms));
   *out = fd;
@@ -765,7 +854,7 @@ static void unmap_granted(void *p, size_t size, aipc__win *w) {
 /* Records a granted import: c->mu held, g.lock not held. */
 static aclError import_register(aipc__cconn *c, const aipc__key *k, const granted *gr, void **devPtr) {
   pthread_mutex_lock(&g.lock);
-  aipc__import *imp = aipc__import_lookup(k);
+  aipc__import *imp = import_lookup(k);
   if (imp) {
     /* Another thread imported the same key meanwhile: share its mapping. */
     imp->refs++;
@@ -829,9 +918,9 @@ static aclError import_register(aipc__cconn *c, const aipc__key *k, const grante
   return ACL_SUCCESS;
 }
 
-aclError aipc__client_import(const aipc__key *k, uint64_t flags, void **devPtr) {
+aclError aipc__importer_import(const aipc__key *k, uint64_t flags, void **devPtr) {
   pthread_mutex_lock(&g.lock);
-  aipc__import *imp = aipc__import_lookup(k);
+  aipc__import *imp = import_lookup(k);
   if (imp) {
     if (imp->refs == UINT32_MAX) {
       pthread_mutex_unlock(&g.lock);
@@ -865,10 +954,13 @@ aclError aipc__client_import(const aipc__key *k, uint64_t flags, void **devPtr) 
   return rc;
 }
 
-aclError aipc__client_close(aipc__import *imp) {
-  if (--imp->refs > 0) {
+aclError aipc__importer_close(const aipc__key *k, bool *found) {
+  pthread_mutex_lock(&g.lock);
+  aipc__import *imp = import_lookup(k);
+  *found = imp != NULL;
+  if (!imp || --imp->refs > 0) {
     pthread_mutex_unlock(&g.lock);
-    return ACL_SUCCESS;
+    return imp ? ACL_SUCCESS : ACL_ERROR_INVALID_PARAM;
   }
   aipc__hmap_remove(&g.imports, ikey(imp->nonce, imp->export_id));
   aipc__mem_wrlock();
@@ -934,6 +1026,25 @@ static void free_all(bool unmap) {
   g.idle_wins = 0;
 }
 
-void aipc__client_clear(void) { free_all(true); }
+bool aipc__importer_get_attr(const aipc__key *k, uint64_t *attr) {
+  pthread_mutex_lock(&g.lock);
+  aipc__import *imp = import_lookup(k);
+  if (imp) *attr = imp->attr;
+  pthread_mutex_unlock(&g.lock);
+  return imp != NULL;
+}
 
-void aipc__client_child_reset(void) { free_all(false); }
+void aipc__importer_finalize(void) {
+  pthread_mutex_lock(&g.lock);
+  free_all(true);
+  pthread_mutex_unlock(&g.lock);
+}
+
+void aipc__importer_atfork_prepare(void) { pthread_mutex_lock(&g.lock); }
+
+void aipc__importer_atfork_parent(void) { pthread_mutex_unlock(&g.lock); }
+
+void aipc__importer_atfork_child(void) {
+  g.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+  free_all(false);
+}

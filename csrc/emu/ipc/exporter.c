@@ -7,35 +7,116 @@
  * released, then takes it and serves what is ready. Because receiving is
  * done under the lock, an exporter's aclrtIpcMemClose can process what an
  * importer already sent (its RELEASE, its EOF) before it decides, in order
- * and without racing the thread (aipc__export_drain).
+ * and without racing the thread (export_drain).
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <semaphore.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "emu/ipc_internal.h"
+#include "core/hashmap.h"
+#include "emu/emu.h"
+#include "emu/ipc/exporter.h"
+#include "emu/ipc/identity.h"
+#include "emu/ipc/proto.h"
+#include "os/os.h"
 
-#define g aipc__g
+typedef struct aipc__sconn aipc__sconn;
+typedef struct aipc__export aipc__export;
+
+/* The references one importer connection holds on one export. */
+typedef struct aipc__ref {
+  aipc__export *exp;
+  aipc__sconn *conn;
+  uint32_t count;
+  uint32_t slot;                   /* in conn->ledger, or AIPC_NO_SLOT */
+  struct aipc__ref *eprev, *enext; /* in exp->refs */
+  struct aipc__ref *cprev, *cnext; /* in conn->refs */
+} aipc__ref;
+
+typedef struct aipc__rpeer {
+  uint32_t sdid;
+  int32_t pid;
+} aipc__rpeer;
+
+struct aipc__export {
+  uint64_t id;
+  uint8_t secret[AIPC_SECRET_LEN];
+  void *ptr;          /* exported address in this process */
+  size_t size;
+  int32_t device;
+  uint64_t offset;    /* of ptr in the device arena */
+  aipc__block *block; /* pinned while this record lives */
+  uint64_t flags;     /* ACL_RT_IPC_MEM_EXPORT_FLAG_* */
+  uint32_t attr;      /* ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_* */
+  bool imported;      /* any import ever happened: attributes are frozen */
+  bool closed;        /* the exporter closed it: no new imports */
+  uint64_t refs_total; /* importer references, own-process ones included */
+  uint32_t self_refs;  /* imports by this process of its own key */
+  aipc__ref *refs;     /* per importer connection */
+  aipc__hmap whitelist; /* pid -> (void *)1 */
+  aipc__rpeer *remote;  /* ImportPidInterServer entries of other servers */
+  size_t n_remote, cap_remote;
+  bool closing;         /* closed with importers left: in g.closing */
+  aipc__export *cprev, *cnext;
+};
+
+struct aipc__sconn {
+  int fd;
+  uint64_t serial; /* never reused; keys the refs map */
+  pid_t pid;       /* SO_PEERCRED at accept */
+  uid_t uid;
+  bool dead;       /* closed; freed by the server thread at the end of its batch */
+  uint8_t *fd_sent; /* per device: arena fd already sent on this connection */
+  size_t n_fd_sent;
+  uint32_t *ledger; /* AIPC_LEDGER_SLOTS counters the importer adds releases to */
+  bool ledger_sent;
+  uint32_t next_slot; /* slots never used yet start here */
+  uint32_t *free_slots;
+  size_t n_free, cap_free;
+  aipc__ref *refs;
+  /* Grants the importer may still CANCEL: {request id, export id} pairs,
+   * forgotten once an IMPORT says every request below theirs is settled. */
+  uint64_t *grants;
+  size_t n_grants, cap_grants; /* in pairs */
+  aipc__sconn *prev, *next; /* in g.sconns or g.zombies */
+};
+
+/* Everything the exporter knows. g.lock guards all of it (see exporter.h). */
+static struct exporter_state {
+  pthread_mutex_t lock;
+  uint32_t pid;   /* this process's name, once the server started */
+  uint64_t nonce;
+  uid_t euid;
+  uint64_t next_export_id;
+  uint64_t next_serial;
+  bool server_running;
+  bool stop;
+  pthread_t thread;
+  int listen_fd, epoll_fd, wake_fd;
+  bool listen_paused;
+  aipc__hmap exports; /* {id, 0} -> aipc__export */
+  aipc__hmap refs;    /* {export id, conn serial} -> aipc__ref */
+  aipc__sconn *sconns, *zombies;
+  aipc__export *closing; /* closed exports waiting for importers' releases */
+} g = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .listen_fd = -1,
+    .epoll_fd = -1,
+    .wake_fd = -1,
+};
 
 static char listen_tag, wake_tag; /* epoll data of the two non-connection fds */
 static const uint8_t dummy_secret[AIPC_SECRET_LEN];
 
 #define LISTEN_BACKLOG 4096
-/* Messages per connection per wake-up. epoll is level-triggered, so one is
- * enough: reading on until EAGAIN would cost an extra recvmsg per request. */
-#define SERVICE_BATCH 1
 #define DRAIN_MAX 4096          /* messages per connection when a close drains it */
 #define SWEEP_MS 20             /* how often closed exports with importers look at the ledgers */
 /* Unsettled grants remembered per connection. A well-behaved importer has
@@ -48,7 +129,8 @@ static aipc__hkey rkey(uint64_t id, uint64_t serial) { return (aipc__hkey){id, s
 
 /* ---- exports --------------------------------------------------------------- */
 
-aipc__export *aipc__export_lookup(const aipc__key *k) {
+/* Own key, secret checked; NULL else. */
+static aipc__export *export_lookup(const aipc__key *k) {
   aipc__export *e = aipc__hmap_get(&g.exports, ekey(k->export_id));
   int ok = aipc__secret_equal(e ? e->secret : dummy_secret, k->secret);
   return e && ok ? e : NULL;
@@ -69,7 +151,7 @@ static void closing_unlink(aipc__export *e) {
   e->closing = false;
 }
 
-void aipc__export_maybe_finish(aipc__export *e) {
+static void export_maybe_finish(aipc__export *e) {
   if (!e->closed || e->refs_total != 0) return;
   closing_unlink(e);
   aipc__hmap_remove(&g.exports, ekey(e->id));
@@ -109,7 +191,8 @@ static void ref_free(aipc__ref *r) {
   free(r);
 }
 
-void aipc__export_importers(aipc__export *e, char *buf, size_t cap) {
+/* Formats up to a few importer pids of e into buf. */
+static void export_importers(aipc__export *e, char *buf, size_t cap) {
   size_t n = 0, shown = 0;
   buf[0] = '\0';
   for (aipc__ref *r = e->refs; r; r = r->enext) {
@@ -136,10 +219,10 @@ static void conn_kill(aipc__sconn *c) {
     aipc__export *e = r->exp;
     e->refs_total -= r->count;
     ref_free(r);
-    aipc__export_maybe_finish(e);
+    export_maybe_finish(e);
   }
   if (c->fd >= 0) {
-    epoll_ctl(g.epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
+    aipc__os_poller_del(g.epoll_fd, c->fd);
     close(c->fd);
     c->fd = -1;
   }
@@ -170,39 +253,16 @@ static int conn_send(aipc__sconn *c, aipc__msg *m, int fd) { return conn_send2(c
 static int conn_send2(aipc__sconn *c, aipc__msg *m, int fd, int fd2) {
   uint8_t buf[AIPC_PROTO_MAX];
   size_t len = aipc__proto_encode(m, buf);
-  struct iovec iov = {buf, len};
-  struct msghdr mh;
-  memset(&mh, 0, sizeof mh);
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  union {
-    char b[CMSG_SPACE(2 * sizeof(int))];
-    struct cmsghdr align;
-  } ctl;
   int fds[2], nfd = 0;
   if (fd >= 0) fds[nfd++] = fd;
   if (fd2 >= 0) fds[nfd++] = fd2;
-  if (nfd) {
-    memset(&ctl, 0, sizeof ctl);
-    mh.msg_control = ctl.b;
-    mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
-    memcpy(CMSG_DATA(cm), fds, (size_t)nfd * sizeof(int));
-  }
-  for (;;) {
-    /* Never blocks: an importer that does not read its replies is dropped. */
-    ssize_t r = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (r < 0 && errno == EINTR) continue;
-    return r == (ssize_t)len ? 0 : -1;
-  }
+  /* Never blocks: an importer that does not read its replies is dropped. */
+  return aipc__os_send_fds(c->fd, buf, len, fds, nfd, MSG_DONTWAIT) == (ssize_t)len ? 0 : -1;
 }
 
 static bool whitelisted(aipc__export *e, pid_t pid) {
   if (e->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) return true;
-  if (pid == g.pid) return true;
+  if ((uint32_t)pid == g.pid) return true;
   return aipc__hmap_get(&e->whitelist, (aipc__hkey){(uint64_t)(uint32_t)pid, 0}) != NULL;
 }
 
@@ -221,13 +281,11 @@ static int fd_sent_mark(aipc__sconn *c, int32_t device) {
 
 /* Creates c's ledger; returns its fd (to send once), or -1 (then c has none). */
 static int ledger_create(aipc__sconn *c) {
-  int fd = memfd_create("ascend_ipc_ledger", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return -1;
-  void *p = MAP_FAILED;
   /* Sealed so the importer can neither shrink it (a SIGBUS here) nor grow it. */
-  if (ftruncate(fd, (off_t)AIPC_LEDGER_BYTES) != 0 ||
-      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
-      (p = mmap(NULL, AIPC_LEDGER_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+  int fd = aipc__os_memfd_sealed("ascend_ipc_ledger", AIPC_LEDGER_BYTES);
+  if (fd < 0) return -1;
+  void *p = aipc__os_map_shared(fd, AIPC_LEDGER_BYTES);
+  if (!p) {
     close(fd);
     return -1;
   }
@@ -240,7 +298,7 @@ static void release_refs(aipc__ref *r, uint32_t n) {
   r->count -= n;
   e->refs_total -= n;
   if (r->count == 0) ref_free(r);
-  aipc__export_maybe_finish(e);
+  export_maybe_finish(e);
 }
 
 /* Takes what the importer added to r's ledger slot. Returns false when that
@@ -475,7 +533,8 @@ static void conn_service(aipc__sconn *c, int max) {
   }
 }
 
-void aipc__export_drain(aipc__export *e) {
+/* Processes what importers holding e already sent (their RELEASEs, EOFs). */
+static void export_drain(aipc__export *e) {
   size_t n = 0;
   for (aipc__ref *r = e->refs; r; r = r->enext) n++;
   if (n == 0) return;
@@ -493,7 +552,8 @@ void aipc__export_drain(aipc__export *e) {
   if (v != &one) free(v);
 }
 
-void aipc__export_closing(aipc__export *e) {
+/* A just-closed export with importers left: swept until they release. */
+static void export_closing(aipc__export *e) {
   if (e->closing || e->refs_total == 0) return;
   e->closing = true;
   e->cprev = NULL;
@@ -501,17 +561,7 @@ void aipc__export_closing(aipc__export *e) {
   if (g.closing) g.closing->cprev = e;
   bool first = g.closing == NULL;
   __atomic_store_n(&g.closing, e, __ATOMIC_RELAXED);
-  if (first && g.wake_fd >= 0) { /* the server starts sweeping */
-    uint64_t one = 1;
-    ssize_t w = write(g.wake_fd, &one, sizeof one);
-    (void)w;
-  }
-}
-
-static uint64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+  if (first && g.wake_fd >= 0) aipc__os_waker_wake(g.wake_fd); /* the server starts sweeping */
 }
 
 /* Closed exports still held by importers: take their ledger releases, at
@@ -520,7 +570,7 @@ static uint64_t mono_ms(void) {
  * stay allocated (zombies) until the end of the server's batch. */
 static void sweep_closing(void) {
   static uint64_t last;
-  uint64_t t = mono_ms();
+  uint64_t t = aipc__os_now_ms_coarse();
   if (t - last < SWEEP_MS) return;
   last = t;
   size_t n = 0;
@@ -545,6 +595,20 @@ static void sweep_closing(void) {
   free(ids);
 }
 
+/* A connection record for fd from (pid, uid), first in g.sconns. NULL when out of memory. */
+static aipc__sconn *conn_add(int fd, pid_t pid, uid_t uid) {
+  aipc__sconn *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->fd = fd;
+  c->serial = ++g.next_serial;
+  c->pid = pid;
+  c->uid = uid;
+  c->next = g.sconns;
+  if (g.sconns) g.sconns->prev = c;
+  g.sconns = c;
+  return c;
+}
+
 static void accept_all(void) {
   for (int i = 0; i < 64; i++) {
     int fd = accept4(g.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -552,37 +616,27 @@ static void accept_all(void) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         /* Out of descriptors: stop listening for a while instead of spinning. */
-        epoll_ctl(g.epoll_fd, EPOLL_CTL_DEL, g.listen_fd, NULL);
+        aipc__os_poller_del(g.epoll_fd, g.listen_fd);
         g.listen_paused = true;
       }
       return;
     }
-    struct ucred cr;
-    socklen_t cl = sizeof cr;
+    pid_t pid;
+    uid_t uid;
     aipc__sconn *c = NULL;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || !(c = calloc(1, sizeof *c))) {
+    if (aipc__os_peer_cred(fd, &pid, &uid) != 0 || !(c = conn_add(fd, pid, uid))) {
       close(fd);
       continue;
     }
-    c->fd = fd;
-    c->serial = ++g.next_serial;
-    c->pid = cr.pid;
-    c->uid = cr.uid;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-    if (epoll_ctl(g.epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      close(fd);
-      free(c);
+    if (aipc__os_poller_add(g.epoll_fd, fd, c) != 0) {
+      conn_kill(c); /* closes fd */
       continue;
     }
-    c->next = g.sconns;
-    if (g.sconns) g.sconns->prev = c;
-    g.sconns = c;
   }
 }
 
 static void resume_listen(void) {
-  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &listen_tag};
-  if (epoll_ctl(g.epoll_fd, EPOLL_CTL_ADD, g.listen_fd, &ev) == 0) g.listen_paused = false;
+  if (aipc__os_poller_add(g.epoll_fd, g.listen_fd, &listen_tag) == 0) g.listen_paused = false;
 }
 
 static void *server_main(void *arg) {
@@ -591,13 +645,13 @@ static void *server_main(void *arg) {
    * allocator lock held by it (glibc's malloc handles that itself; the
    * sanitizers' allocators do not). */
   sem_post((sem_t *)arg);
-  struct epoll_event evs[64];
+  void *tags[64];
   for (;;) {
     /* listen_paused is written only by this thread while it runs. */
     /* g.closing only changes under g.lock, and its first entry wakes us. */
     int timeout = g.listen_paused ? 50 : -1;
     if (__atomic_load_n(&g.closing, __ATOMIC_RELAXED)) timeout = SWEEP_MS;
-    int n = epoll_wait(g.epoll_fd, evs, 64, timeout);
+    int n = aipc__os_poller_wait(g.epoll_fd, tags, 64, timeout);
     pthread_mutex_lock(&g.lock);
     if (g.stop) {
       pthread_mutex_unlock(&g.lock);
@@ -605,16 +659,16 @@ static void *server_main(void *arg) {
     }
     if (g.listen_paused) resume_listen();
     for (int i = 0; i < n; i++) {
-      void *tag = evs[i].data.ptr;
+      void *tag = tags[i];
       if (tag == &listen_tag) {
         accept_all();
       } else if (tag == &wake_tag) {
-        uint64_t v;
-        ssize_t rr = read(g.wake_fd, &v, sizeof v);
-        (void)rr;
+        aipc__os_waker_drain(g.wake_fd);
       } else {
+        /* One message per wake-up: the poller is level-triggered, and reading
+         * on until EAGAIN would cost an extra recvmsg per request. */
         aipc__sconn *c = tag;
-        if (!c->dead) conn_service(c, SERVICE_BATCH);
+        if (!c->dead) conn_service(c, 1);
       }
     }
     if (g.closing) sweep_closing();
@@ -633,14 +687,15 @@ static void close_fds(void) {
   g.listen_fd = g.epoll_fd = g.wake_fd = -1;
 }
 
-aclError aipc__server_start(const char *call) {
+/* Starts the server thread once. g.lock held. */
+static aclError server_start(const char *call) {
   if (g.server_running) return ACL_SUCCESS;
-  if (aipc__ipc_identity() != 0)
+  if (aipc__self_get(&g.pid, &g.nonce) != 0)
     return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: getrandom failed: %s", call, strerror(errno));
   g.euid = geteuid();
   g.listen_fd = g.epoll_fd = g.wake_fd = -1;
   struct sockaddr_un sa;
-  unsigned salen = aipc__ipc_sockaddr(&sa, (uint32_t)g.pid, g.nonce);
+  unsigned salen = aipc__self_sockaddr(&sa, g.pid, g.nonce);
   const char *what = "socket";
   g.listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (g.listen_fd < 0) goto fail;
@@ -649,27 +704,20 @@ aclError aipc__server_start(const char *call) {
   what = "listen";
   if (listen(g.listen_fd, LISTEN_BACKLOG) != 0) goto fail;
   what = "epoll_create1";
-  g.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  g.epoll_fd = aipc__os_poller_create();
   if (g.epoll_fd < 0) goto fail;
   what = "eventfd";
-  g.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  g.wake_fd = aipc__os_waker_create();
   if (g.wake_fd < 0) goto fail;
   what = "epoll_ctl";
-  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &listen_tag};
-  if (epoll_ctl(g.epoll_fd, EPOLL_CTL_ADD, g.listen_fd, &ev) != 0) goto fail;
-  ev.data.ptr = &wake_tag;
-  if (epoll_ctl(g.epoll_fd, EPOLL_CTL_ADD, g.wake_fd, &ev) != 0) goto fail;
+  if (aipc__os_poller_add(g.epoll_fd, g.listen_fd, &listen_tag) != 0) goto fail;
+  if (aipc__os_poller_add(g.epoll_fd, g.wake_fd, &wake_tag) != 0) goto fail;
 
-  /* The thread takes no signals: they belong to the application's threads. */
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
   g.stop = false;
   g.listen_paused = false;
   sem_t started;
   sem_init(&started, 0, 0);
-  int rc = pthread_create(&g.thread, NULL, server_main, &started);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  int rc = aipc__os_thread_start(&g.thread, server_main, &started);
   if (rc != 0) {
     sem_destroy(&started);
     errno = rc;
@@ -688,7 +736,8 @@ fail:;
                     (int)g.pid, what, strerror(e));
 }
 
-void aipc__server_stop_thread(void) {
+/* Stops and joins the server thread. g.lock not held. */
+static void server_stop_thread(void) {
   pthread_mutex_lock(&g.lock);
   if (!g.server_running || g.stop) {
     pthread_mutex_unlock(&g.lock);
@@ -696,9 +745,7 @@ void aipc__server_stop_thread(void) {
   }
   g.stop = true;
   pthread_t t = g.thread;
-  uint64_t one = 1;
-  ssize_t w = write(g.wake_fd, &one, sizeof one);
-  (void)w;
+  aipc__os_waker_wake(g.wake_fd);
   pthread_mutex_unlock(&g.lock);
   pthread_join(t, NULL);
 }
@@ -719,7 +766,8 @@ static void free_exports(bool unpin) {
   aipc__hmap_clear(&g.exports);
 }
 
-void aipc__server_clear(void) {
+/* After server_stop_thread: closes, unpins and frees everything. g.lock held. */
+static void server_clear(void) {
   while (g.sconns) conn_kill(g.sconns);
   free_zombies();
   g.closing = NULL;
@@ -731,7 +779,8 @@ void aipc__server_clear(void) {
   g.listen_paused = false;
 }
 
-void aipc__server_child_reset(void) {
+/* A forked child: forget, close fds, free. */
+static void server_child_reset(void) {
   /* The parent's thread does not exist here; its records and descriptors
    * are ours to drop. Blocks are not touched: memory.c already forgot them. */
   while (g.sconns) {
@@ -757,4 +806,325 @@ void aipc__server_child_reset(void) {
   g.server_running = false;
   g.stop = false;
   g.listen_paused = false;
+}
+
+/* ---- the calls (exporter.h) ------------------------------------------------------ */
+
+static const char *kind_name(aipc__mem_kind kind) {
+  switch (kind) {
+    case AIPC_MEM_HOST: return "host memory from aclrtMallocHost";
+    case AIPC_MEM_IMPORT: return "imported IPC memory (only the owner of memory can export it)";
+    default: return "device memory";
+  }
+}
+
+aclError aipc__exporter_export(void *devPtr, size_t size, uint64_t flags, char key[AIPC_KEY_CHARS + 1]) {
+#define C "aclrtIpcMemGetExportKey"
+  pthread_mutex_lock(&g.lock);
+  aclError rc = ACL_SUCCESS;
+  aipc__export *e = NULL;
+  aipc__mem_wrlock();
+  aipc__block *b = aipc__mem_find(devPtr);
+  if (!b) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr %p is not inside a live aclrtMalloc allocation of this process",
+                    devPtr);
+  } else if (b->kind != AIPC_MEM_DEVICE) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr %p is %s, not device memory from aclrtMalloc", devPtr,
+                    kind_name(b->kind));
+  } else if (b->user_freed) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr %p belongs to an allocation already freed with aclrtFree",
+                    devPtr);
+  } else if (size > b->size - ((uintptr_t)devPtr - b->base)) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+                    C ": [devPtr, devPtr + %zu) overruns its allocation (%zu bytes at %p, devPtr %p)", size, b->size,
+                    (void *)b->base, devPtr);
+  } else if ((rc = server_start(C)) != ACL_SUCCESS) {
+    /* message recorded */
+  } else if (!(e = calloc(1, sizeof *e))) {
+    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": out of memory");
+  } else if (aipc__random(e->secret, AIPC_SECRET_LEN) != 0) {
+    rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, C ": getrandom failed: %s", strerror(errno));
+  } else {
+    e->id = ++g.next_export_id;
+    e->ptr = devPtr;
+    e->size = size;
+    e->device = b->device;
+    e->offset = b->arena_offset + ((uintptr_t)devPtr - b->base);
+    e->block = b;
+    e->flags = flags;
+    e->attr = ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO;
+    if (aipc__hmap_put(&g.exports, ekey(e->id), e) != 0)
+      rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": out of memory");
+    else
+      aipc__mem_pin(b);
+  }
+  aipc__mem_unlock();
+  if (rc == ACL_SUCCESS) {
+    aipc__key k;
+    k.pid = g.pid;
+    k.sdid = aipc__config_get()->sdid;
+    k.nonce = g.nonce;
+    k.export_id = e->id;
+    memcpy(k.secret, e->secret, AIPC_SECRET_LEN);
+    aipc__key_format(&k, key);
+    memset(k.secret, 0, sizeof k.secret);
+  } else {
+    free(e);
+  }
+  pthread_mutex_unlock(&g.lock);
+  return rc;
+#undef C
+}
+
+bool aipc__exporter_owns(const aipc__key *k) { return aipc__self_is(k->pid, k->nonce); }
+
+/* g.lock held: the live export of this process that k names, or a recorded error. */
+static aclError own_export(const char *call, const aipc__key *k, aipc__export **out) {
+  if (!aipc__exporter_owns(k))
+    return aipc__fail(ACL_ERROR_RT_NO_PERMISSION,
+                      "%s: only the exporting process (%u) may do this; this is process %d", call, k->pid,
+                      (int)getpid());
+  aipc__export *e = export_lookup(k);
+  if (!e || e->closed)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is not a live export of this process (%s)", call,
+                      e ? "it was closed" : "closed, never issued, or forged");
+  *out = e;
+  return ACL_SUCCESS;
+}
+
+static int whitelist_add(aipc__export *e, int32_t pid) {
+  return aipc__hmap_put(&e->whitelist, (aipc__hkey){(uint64_t)(uint32_t)pid, 0}, (void *)1);
+}
+
+aclError aipc__exporter_allow(const char *call, const aipc__key *k, const int32_t *pids, size_t num) {
+  pthread_mutex_lock(&g.lock);
+  aipc__export *e;
+  aclError rc = own_export(call, k, &e);
+  for (size_t i = 0; rc == ACL_SUCCESS && i < num; i++)
+    if (whitelist_add(e, pids[i]) != 0) rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+  pthread_mutex_unlock(&g.lock);
+  return rc;
+}
+
+/* Records an importer of another server (it would need the fabric). 0 or -1. */
+static int remote_add(aipc__export *e, uint32_t sdid, int32_t pid) {
+  if (e->n_remote == e->cap_remote) {
+    size_t cap = e->cap_remote ? e->cap_remote * 2 : 8;
+    aipc__rpeer *v = realloc(e->remote, cap * sizeof *v);
+    if (!v) return -1;
+    e->remote = v;
+    e->cap_remote = cap;
+  }
+  e->remote[e->n_remote++] = (aipc__rpeer){sdid, pid};
+  return 0;
+}
+
+aclError aipc__exporter_allow_servers(const char *call, const aipc__key *k, const aclrtServerPid *servers,
+                                      size_t num, uint32_t here) {
+  pthread_mutex_lock(&g.lock);
+  aipc__export *e;
+  aclError rc = own_export(call, k, &e);
+  for (size_t i = 0; rc == ACL_SUCCESS && i < num; i++) {
+    const aclrtServerPid *sp = &servers[i];
+    for (size_t j = 0; rc == ACL_SUCCESS && j < sp->num; j++) {
+      int bad = sp->sdid == here ? whitelist_add(e, sp->pid[j]) : remote_add(e, sp->sdid, sp->pid[j]);
+      if (bad) rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+    }
+  }
+  pthread_mutex_unlock(&g.lock);
+  return rc;
+}
+
+aclError aipc__exporter_set_attr(const char *call, const aipc__key *k, uint32_t attr) {
+  pthread_mutex_lock(&g.lock);
+  aipc__export *e;
+  aclError rc = own_export(call, k, &e);
+  if (rc == ACL_SUCCESS && e->imported)
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+                    "%s: the key was already imported; attributes must be set before the first import", call);
+  if (rc == ACL_SUCCESS) e->attr = attr;
+  pthread_mutex_unlock(&g.lock);
+  return rc;
+}
+
+bool aipc__exporter_get_attr(const aipc__key *k, uint64_t *attr) {
+  if (!aipc__exporter_owns(k)) return false;
+  pthread_mutex_lock(&g.lock);
+  aipc__export *e = export_lookup(k);
+  if (e) *attr = e->attr;
+  pthread_mutex_unlock(&g.lock);
+  return e != NULL;
+}
+
+aclError aipc__exporter_import_own(const char *call, const aipc__key *k, void **devPtr) {
+  aclError rc = ACL_SUCCESS;
+  pthread_mutex_lock(&g.lock);
+  aipc__export *e = export_lookup(k);
+  bool freed;
+  if (!e)
+    rc = aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: key not exported by process %d (closed, never issued, or forged)",
+                    call, (int)g.pid);
+  else if (e->closed)
+    rc = aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: key was closed by its exporter (process %d): no new imports", call,
+                    (int)g.pid);
+  else if (aipc__mem_rdlock(), freed = e->block->user_freed, aipc__mem_unlock(), freed)
+    rc = aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: the memory of this key was freed by its exporter (aclrtFree)", call);
+  else if (e->self_refs == UINT32_MAX)
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key imported too many times", call);
+  if (rc == ACL_SUCCESS) {
+    e->self_refs++;
+    e->refs_total++;
+    e->imported = true;
+    *devPtr = e->ptr;
+  }
+  pthread_mutex_unlock(&g.lock);
+  return rc;
+}
+
+aclError aipc__exporter_close(const char *call, const aipc__key *k, bool *found) {
+  *found = false;
+  if (!aipc__exporter_owns(k)) return ACL_ERROR_INVALID_PARAM;
+  aclError rc = ACL_SUCCESS;
+  pthread_mutex_lock(&g.lock);
+  aipc__export *e = export_lookup(k);
+  if (!e) {
+    rc = ACL_ERROR_INVALID_PARAM;
+    goto out;
+  }
+  *found = true;
+  if (e->self_refs) {
+    e->self_refs--;
+    e->refs_total--;
+    export_maybe_finish(e);
+    goto out;
+  }
+  if (e->closed) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+                    "%s: key was already closed by this process (%llu importer reference(s) still hold the memory)",
+                    call, (unsigned long long)e->refs_total);
+    goto out;
+  }
+  /* What importers already sent (RELEASE, EOF) counts before deciding. */
+  export_drain(e);
+  if (e->refs_total && aipc__config_get()->strict) {
+    char who[160];
+    export_importers(e, who, sizeof who);
+    rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR,
+                    "%s: key is still imported by process(es) %s (%llu reference(s)); every importer must call "
+                    "aclrtIpcMemClose first (ASCEND_IPC_STRICT=1)",
+                    call, who, (unsigned long long)e->refs_total);
+    goto out;
+  }
+  e->closed = true;
+  export_closing(e);
+  export_maybe_finish(e);
+out:
+  pthread_mutex_unlock(&g.lock);
+  return rc;
+}
+
+/* ---- finalize, fork ------------------------------------------------------------- */
+
+void aipc__exporter_finalize(void) {
+  server_stop_thread();
+  pthread_mutex_lock(&g.lock);
+  server_clear();
+  pthread_mutex_unlock(&g.lock);
+}
+
+void aipc__exporter_atfork_prepare(void) { pthread_mutex_lock(&g.lock); }
+
+void aipc__exporter_atfork_parent(void) { pthread_mutex_unlock(&g.lock); }
+
+void aipc__exporter_atfork_child(void) {
+  g.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+  server_child_reset();
+  g.pid = 0;
+  g.nonce = 0; /* the child gets a name of its own when it first exports */
+}
+
+/* ---- seams for the fuzz target and white-box tests ------------------------------ */
+
+void aipc__exporter_stop_server(void) { server_stop_thread(); }
+
+uint64_t aipc__exporter_adopt(int fd, pid_t pid, uid_t uid) {
+  pthread_mutex_lock(&g.lock);
+  aipc__sconn *c = conn_add(fd, pid, uid);
+  uint64_t serial = c ? c->serial : 0;
+  pthread_mutex_unlock(&g.lock);
+  return serial;
+}
+
+bool aipc__exporter_serve(uint64_t serial, int max) {
+  pthread_mutex_lock(&g.lock);
+  aipc__sconn *c = g.sconns;
+  while (c && c->serial != serial) c = c->next;
+  if (c) conn_service(c, max);
+  bool open = c && !c->dead;
+  pthread_mutex_unlock(&g.lock);
+  return open;
+}
+
+void aipc__exporter_sweep(void) {
+  pthread_mutex_lock(&g.lock);
+  if (g.closing) sweep_closing();
+  pthread_mutex_unlock(&g.lock);
+}
+
+void aipc__exporter_reap(void) {
+  pthread_mutex_lock(&g.lock);
+  free_zombies();
+  pthread_mutex_unlock(&g.lock);
+}
+
+void aipc__exporter_count(aipc__exporter_counts *out) {
+  pthread_mutex_lock(&g.lock);
+  out->exports = g.exports.len;
+  out->references = g.refs.len;
+  out->connections = 0;
+  for (aipc__sconn *c = g.sconns; c; c = c->next) out->connections++;
+  out->closing = 0;
+  for (aipc__export *e = g.closing; e; e = e->cnext) out->closing++;
+  pthread_mutex_unlock(&g.lock);
+}
+
+/* The books: per export, references by connection plus its own make its
+ * total; every reference is in the map and on a live connection; a closed
+ * export lives only while it is referenced, and is then on the closing list. */
+static const char *audit(void) {
+  aipc__hkey k;
+  void *v;
+  size_t nrefs = 0;
+  for (size_t i = 0; aipc__hmap_next(&g.exports, &i, &k, &v);) {
+    aipc__export *e = v;
+    if (k.a != e->id) return "an export is filed under another id";
+    uint64_t sum = e->self_refs;
+    for (aipc__ref *r = e->refs; r; r = r->enext) {
+      if (r->exp != e) return "a reference on an export's list belongs to another export";
+      if (r->conn->dead) return "a reference is held by a closed connection";
+      if (r->count == 0) return "a reference counts nothing";
+      if (aipc__hmap_get(&g.refs, rkey(e->id, r->conn->serial)) != r) return "a reference is not in the map";
+      sum += r->count;
+      nrefs++;
+    }
+    if (sum != e->refs_total) return "an export's total is not the sum of its references";
+    if (e->closed && !(e->refs_total > 0 && e->closing)) return "a closed export lives on unreferenced";
+  }
+  if (nrefs != g.refs.len) return "the map holds references no export lists";
+  for (aipc__export *e = g.closing; e; e = e->cnext)
+    if (!e->closed || !e->closing) return "an open export is on the closing list";
+  for (aipc__sconn *c = g.sconns; c; c = c->next) {
+    if (c->dead) return "a closed connection is on the live list";
+    if (c->n_grants > GRANTS_MAX) return "a connection remembers too many grants";
+    for (aipc__ref *r = c->refs; r; r = r->cnext)
+      if (r->conn != c) return "a reference on a connection's list belongs to another connection";
+  }
+  return NULL;
+}
+
+const char *aipc__exporter_audit(void) {
+  pthread_mutex_lock(&g.lock);
+  const char *why = audit();
+  pthread_mutex_unlock(&g.lock);
+  return why;
 }

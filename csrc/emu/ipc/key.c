@@ -1,7 +1,8 @@
 /* IPC keys: formatting, strict parsing, secrets. See ipc_key.h. */
-#include "emu/ipc_key.h"
+#include "emu/ipc/key.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -112,7 +113,9 @@ int aipc__secret_equal(const uint8_t *a, const uint8_t *b) {
   return d == 0;
 }
 
-/* 16 secrets' worth: one getrandom call serves 16 exports. */
+/* 16 secrets' worth: one getrandom call serves 16 exports. Guarded by
+ * pool_lock, which nothing else is taken under. */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t pool[256];
 static size_t pool_left;
 
@@ -131,18 +134,27 @@ static int fill(uint8_t *p, size_t n) {
 
 int aipc__random(void *buf, size_t n) {
   if (n > sizeof pool) return fill(buf, n);
+  int rc = 0;
+  pthread_mutex_lock(&pool_lock);
   if (pool_left < n) {
-    if (fill(pool, sizeof pool) != 0) return -1;
-    pool_left = sizeof pool;
+    rc = fill(pool, sizeof pool);
+    pool_left = rc == 0 ? sizeof pool : 0;
   }
-  uint8_t *src = pool + sizeof pool - pool_left;
-  memcpy(buf, src, n);
-  memset(src, 0, n); /* a handed-out byte never stays behind */
-  pool_left -= n;
-  return 0;
+  if (rc == 0) {
+    uint8_t *src = pool + sizeof pool - pool_left;
+    memcpy(buf, src, n);
+    memset(src, 0, n); /* a handed-out byte never stays behind */
+    pool_left -= n;
+  }
+  pthread_mutex_unlock(&pool_lock);
+  return rc;
 }
 
-void aipc__random_reset(void) {
-  memset(pool, 0, sizeof pool);
+void aipc__random_atfork_prepare(void) { pthread_mutex_lock(&pool_lock); }
+void aipc__random_atfork_parent(void) { pthread_mutex_unlock(&pool_lock); }
+
+void aipc__random_atfork_child(void) {
+  pool_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+  memset(pool, 0, sizeof pool); /* never hand out the parent's random bytes */
   pool_left = 0;
 }

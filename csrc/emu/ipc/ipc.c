@@ -1,0 +1,172 @@
+/*
+ * The IPC entry points of the emulator (aclrtIpcMem*): each checks its
+ * arguments, parses the key, and hands the call to the side that owns the
+ * state: the exporter (exporter.c) for keys of this process, the importer
+ * (importer.c) for keys of others. Also the IPC layer's part of fork and
+ * aclFinalize. Design: docs/design-ipc.md.
+ */
+#include <stdbool.h>
+#include <string.h>
+
+#include "emu/emu.h"
+#include "emu/ipc/exporter.h"
+#include "emu/ipc/identity.h"
+#include "emu/ipc/importer.h"
+#include "emu/ipc/key.h"
+
+aclError aipc__emu_ipc_get_export_key(void *devPtr, size_t size, char *key, size_t len, uint64_t flags) {
+#define C "aclrtIpcMemGetExportKey"
+  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr is NULL");
+  if (!key) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": key is NULL");
+  if (len < ACL_IPC_MEM_KEY_LEN)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": len is %zu; the key buffer needs at least %d bytes", len,
+                      ACL_IPC_MEM_KEY_LEN);
+  if (flags > ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                      C ": unknown flags 0x%llx (ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT or _DISABLE_PID_VALIDATION)",
+                      (unsigned long long)flags);
+  if (size == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": size is 0");
+  if (!AIPC_IS_PAGE_ALIGNED(devPtr))
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr %p is not aligned to the 4096-byte page", devPtr);
+  if (!AIPC_IS_PAGE_ALIGNED(size))
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": size %zu is not a multiple of the 4096-byte page", size);
+  char text[AIPC_KEY_CHARS + 1];
+  aclError rc = aipc__exporter_export(devPtr, size, flags, text);
+  if (rc == ACL_SUCCESS) memcpy(key, text, sizeof text); /* the caller's buffer only on success */
+  return rc;
+#undef C
+}
+
+aclError aipc__emu_ipc_set_import_pid(const char *key, int32_t *pid, size_t num) {
+#define C "aclrtIpcMemSetImportPid"
+  aipc__key k;
+  aclError rc = aipc__key_parse(C, key, &k);
+  if (rc != ACL_SUCCESS) return rc;
+  if (!pid) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": pid is NULL");
+  if (num == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": num is 0");
+  for (size_t i = 0; i < num; i++)
+    if (pid[i] <= 0)
+      return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": pid[%zu] = %d is not a process id", i, (int)pid[i]);
+  return aipc__exporter_allow(C, &k, pid, num);
+#undef C
+}
+
+aclError aipc__emu_ipc_import_pid_inter_server(const char *key, aclrtServerPid *serverPids, size_t num) {
+#define C "aclrtIpcMemImportPidInterServer"
+  aipc__key k;
+  aclError rc = aipc__key_parse(C, key, &k);
+  if (rc != ACL_SUCCESS) return rc;
+  if (!serverPids) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": serverPids is NULL");
+  if (num == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": num is 0");
+  for (size_t i = 0; i < num; i++) {
+    if (!serverPids[i].pid) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": serverPids[%zu].pid is NULL", i);
+    if (serverPids[i].num == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": serverPids[%zu].num is 0", i);
+    for (size_t j = 0; j < serverPids[i].num; j++)
+      if (serverPids[i].pid[j] <= 0)
+        return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": serverPids[%zu].pid[%zu] = %d is not a process id", i, j,
+                          (int)serverPids[i].pid[j]);
+  }
+  return aipc__exporter_allow_servers(C, &k, serverPids, num, aipc__config_get()->sdid);
+#undef C
+}
+
+aclError aipc__emu_ipc_set_attr(const char *key, aclrtIpcMemAttrType type, uint64_t attr) {
+#define C "aclrtIpcMemSetAttr"
+  aipc__key k;
+  aclError rc = aipc__key_parse(C, key, &k);
+  if (rc != ACL_SUCCESS) return rc;
+  if (type != ACL_RT_IPC_MEM_ATTR_ACCESS_LINK)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": unknown attribute type %d (ACL_RT_IPC_MEM_ATTR_ACCESS_LINK)",
+                      (int)type);
+  if (attr == ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_ONE_PORT_PATH ||
+      attr == ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_MULTI_PORT_PATH)
+    return aipc__fail(ACL_ERROR_RT_LINK_TYPE_NOT_SUPPORTED,
+                      C ": access link %llu (UB) is not supported by the emulated device; use SIO (0) or HCCS (1)",
+                      (unsigned long long)attr);
+  if (attr > ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": unknown access link %llu (SIO 0, HCCS 1, UB 2 or 3)",
+                      (unsigned long long)attr);
+  return aipc__exporter_set_attr(C, &k, (uint32_t)attr);
+#undef C
+}
+
+aclError aipc__emu_ipc_get_attr(const char *key, aclrtIpcMemAttrType type, uint64_t *attr) {
+#define C "ipc_get_attr"
+  aipc__key k;
+  aclError rc = aipc__key_parse(C, key, &k);
+  if (rc != ACL_SUCCESS) return rc;
+  if (type != ACL_RT_IPC_MEM_ATTR_ACCESS_LINK)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": unknown attribute type %d", (int)type);
+  if (!attr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": attr is NULL");
+  if (aipc__importer_get_attr(&k, attr) || aipc__exporter_get_attr(&k, attr)) return ACL_SUCCESS;
+  return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": key is neither an export nor an import of this process");
+#undef C
+}
+
+aclError aipc__emu_ipc_import_by_key(void **devPtr, const char *key, uint64_t flags) {
+#define C "aclrtIpcMemImportByKey"
+  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr is NULL");
+  aipc__key k;
+  aclError rc = aipc__key_parse(C, key, &k);
+  if (rc != ACL_SUCCESS) return rc;
+  if (flags > ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                      C ": unknown flags 0x%llx (ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT or _ENABLE_PEER_ACCESS)",
+                      (unsigned long long)flags);
+  uint32_t here = aipc__config_get()->sdid;
+  if (k.sdid != here)
+    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                      C ": the key was exported on server %u and this is server %u (ASCEND_IPC_SDID): cross-server "
+                      "import needs the super-node fabric; the emulator has none",
+                      k.sdid, here);
+  /* One's own key: no socket, the exporter's own pointer. */
+  if (aipc__exporter_owns(&k)) return aipc__exporter_import_own(C, &k, devPtr);
+  return aipc__importer_import(&k, flags, devPtr);
+#undef C
+}
+
+aclError aipc__emu_ipc_close(const char *key) {
+#define C "aclrtIpcMemClose"
+  aipc__key k;
+  aclError rc = aipc__key_parse(C, key, &k);
+  if (rc != ACL_SUCCESS) return rc;
+  bool found;
+  /* A process that both imported and exported a key closes the import first. */
+  rc = aipc__importer_close(&k, &found);
+  if (found) return rc;
+  rc = aipc__exporter_close(C, &k, &found);
+  if (found) return rc;
+  return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                    C ": key is neither an export nor an import of this process (already closed, or forged?)");
+#undef C
+}
+
+/* ---- fork, finalize --------------------------------------------------------------- */
+
+/* Outermost first: the exporter and the importer take the identity and the
+ * random pool under their locks. */
+void aipc__ipc_atfork_prepare(void) {
+  aipc__exporter_atfork_prepare();
+  aipc__importer_atfork_prepare();
+  aipc__self_atfork_prepare();
+  aipc__random_atfork_prepare();
+}
+
+void aipc__ipc_atfork_parent(void) {
+  aipc__random_atfork_parent();
+  aipc__self_atfork_parent();
+  aipc__importer_atfork_parent();
+  aipc__exporter_atfork_parent();
+}
+
+void aipc__ipc_atfork_child(void) {
+  aipc__random_atfork_child();
+  aipc__self_atfork_child(); /* a new process, a new name */
+  aipc__exporter_atfork_child();
+  aipc__importer_atfork_child();
+}
+
+void aipc__ipc_finalize(void) {
+  aipc__exporter_finalize();
+  aipc__importer_finalize();
+}

@@ -1,0 +1,161 @@
+/* The platform layer on Linux (see os.h). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "os/os.h"
+
+static uint64_t ms_of(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t aipc__os_now_ms(void) { return ms_of(CLOCK_MONOTONIC); }
+uint64_t aipc__os_now_ms_coarse(void) { return ms_of(CLOCK_MONOTONIC_COARSE); }
+
+int aipc__os_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg) {
+  /* The new thread inherits the mask in force while it is created. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int e = pthread_create(thread, NULL, fn, arg);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return e;
+}
+
+int aipc__os_memfd(const char *name, bool sealable) {
+  return memfd_create(name, MFD_CLOEXEC | (sealable ? MFD_ALLOW_SEALING : 0));
+}
+
+int aipc__os_memfd_sealed(const char *name, uint64_t size) {
+  int fd = aipc__os_memfd(name, true);
+  if (fd < 0) return -1;
+  if (ftruncate(fd, (off_t)size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+void *aipc__os_map_shared(int fd, size_t size) {
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+ssize_t aipc__os_send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds, int flags) {
+  struct iovec iov = {(void *)buf, len};
+  struct msghdr mh;
+  memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  union {
+    char b[CMSG_SPACE(2 * sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+  if (nfds > 2) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (nfds > 0) {
+    memset(&ctl, 0, sizeof ctl);
+    mh.msg_control = ctl.b;
+    mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
+  }
+  ssize_t r;
+  do r = sendmsg(sock, &mh, flags | MSG_NOSIGNAL);
+  while (r < 0 && errno == EINTR);
+  return r;
+}
+
+ssize_t aipc__os_recv_fds(int sock, void *buf, size_t cap, int flags, int fds[AIPC_OS_FDS_MAX], int *nfds,
+                          unsigned *seen) {
+  union {
+    char b[CMSG_SPACE(sizeof(int) * AIPC_OS_FDS_MAX)];
+    struct cmsghdr align;
+  } ctl;
+  struct iovec iov = {buf, cap};
+  struct msghdr mh;
+  memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = ctl.b;
+  mh.msg_controllen = sizeof ctl.b;
+  *nfds = 0;
+  *seen = 0;
+  ssize_t r = recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
+  if (r < 0) return r;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
+      *seen |= AIPC_RECV_ODD;
+      continue;
+    }
+    size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < k; i++) {
+      int f;
+      memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof f);
+      if (*nfds < AIPC_OS_FDS_MAX)
+        fds[(*nfds)++] = f;
+      else
+        close(f);
+    }
+  }
+  if (mh.msg_flags & MSG_TRUNC) *seen |= AIPC_RECV_ODD;
+  if (mh.msg_flags & MSG_CTRUNC) *seen |= AIPC_RECV_FDS_DROPPED;
+  return r;
+}
+
+int aipc__os_peer_cred(int sock, pid_t *pid, uid_t *uid) {
+  struct ucred cr;
+  socklen_t cl = sizeof cr;
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0) return -1;
+  *pid = cr.pid;
+  *uid = cr.uid;
+  return 0;
+}
+
+int aipc__os_poller_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+
+int aipc__os_poller_add(int poller, int fd, void *tag) {
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = tag};
+  return epoll_ctl(poller, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void aipc__os_poller_del(int poller, int fd) { (void)epoll_ctl(poller, EPOLL_CTL_DEL, fd, NULL); }
+
+int aipc__os_poller_wait(int poller, void **tags, int max, int timeout_ms) {
+  struct epoll_event evs[64];
+  if (max > 64) max = 64;
+  int n = epoll_wait(poller, evs, max, timeout_ms);
+  for (int i = 0; i < n; i++) tags[i] = evs[i].data.ptr;
+  return n < 0 ? 0 : n;
+}
+
+int aipc__os_waker_create(void) { return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
+
+void aipc__os_waker_wake(int waker) {
+  uint64_t one = 1;
+  ssize_t w = write(waker, &one, sizeof one);
+  (void)w; /* a full counter already wakes the poller */
+}
+
+void aipc__os_waker_drain(int waker) {
+  uint64_t v;
+  ssize_t r = read(waker, &v, sizeof v);
+  (void)r;
+}
