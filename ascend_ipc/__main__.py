@@ -12,7 +12,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence
 
 PROG = "python -m ascend_ipc"
 
@@ -39,85 +39,22 @@ def _format_bytes(n: int) -> str:
     return f"{n} B"  # not reached
 
 
-def _version(aipc: Any) -> str:
-    version = getattr(aipc, "__version__", None)
-    if version:
-        return str(version)
-    try:
-        from importlib import metadata
-
-        for dist in ("ascend_ipc", "ascend-ipc"):
-            try:
-                return metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                continue
-    except ImportError:  # pragma: no cover - Python < 3.8
-        pass
-    return "unknown"
-
-
-def _find_mem_info(aipc: Any) -> Tuple[Optional[Callable[..., Any]], str]:
-    """Return the memory-info function the package exposes, and its name."""
-    fn = getattr(aipc, "mem_info", None)
-    if callable(fn):
-        return fn, "ascend_ipc.mem_info"
-    ext = getattr(aipc, "_C", None)
-    fn = getattr(ext, "mem_info", None)
-    if callable(fn):
-        return fn, "ascend_ipc._C.mem_info"
-    return None, ""
-
-
-def _as_free_total(result: Any) -> Tuple[Optional[int], Optional[int]]:
-    """Normalise what a mem_info function returns to (free, total) bytes."""
-    if isinstance(result, dict):
-        return result.get("free"), result.get("total")
-    if hasattr(result, "total"):
-        return getattr(result, "free", None), getattr(result, "total")
-    if isinstance(result, (tuple, list)) and len(result) == 2:
-        # CANN's aclrtGetMemInfo order: (free, total)
-        return int(result[0]), int(result[1])
-    raise TypeError(f"unexpected mem_info result {result!r}")
-
-
-def _device_memory(aipc: Any, mem_info: Callable[..., Any], device: int) -> Tuple[Optional[int], Optional[int]]:
-    try:
-        return _as_free_total(mem_info(device))
-    except TypeError:
-        pass
-    # A mem_info() that reports on the current device, as aclrtGetMemInfo does.
-    previous = aipc.current_device()
-    aipc.set_device(device)
-    try:
-        return _as_free_total(mem_info())
-    finally:
-        aipc.set_device(previous)
-
-
 def collect_info() -> Dict[str, Any]:
     """Everything ``info`` prints, as a dictionary (also used by ``info --json``)."""
     import ascend_ipc as aipc
 
-    provider_info = getattr(aipc, "provider_info", None)
     info: Dict[str, Any] = {
-        "version": _version(aipc),
+        "version": aipc.__version__,
         "python": sys.version.split()[0],
         "provider": aipc.provider(),
-        "provider_info": dict(provider_info()) if callable(provider_info) else None,
+        "provider_info": dict(aipc.provider_info()),
         "device_count": int(aipc.device_count()),
         "environment": {k: os.environ[k] for k in _ENV_VARS if k in os.environ},
         "devices": [],
     }
-    mem_info, source = _find_mem_info(aipc)
-    info["memory_source"] = source or None
-    devices: List[Dict[str, Any]] = info["devices"]
     for device in range(info["device_count"]):
-        entry: Dict[str, Any] = {"id": device}
-        if mem_info is not None:
-            free, total = _device_memory(aipc, mem_info, device)
-            entry["free"] = free
-            entry["total"] = total
-        devices.append(entry)
+        free, total = aipc.mem_info(device)  # aclrtGetMemInfo's order
+        info["devices"].append({"id": device, "free": int(free), "total": int(total)})
     return info
 
 
@@ -156,14 +93,8 @@ def _print_info(info: Dict[str, Any]) -> None:
     _print_provider(info.get("provider_info"))
     print(f"devices: {info['device_count']}")
     for dev in info["devices"]:
-        total, free = dev.get("total"), dev.get("free")
-        if total is None:
-            memory = "memory: not reported by this build"
-        else:
-            memory = f"memory {_format_bytes(total)} total ({total} bytes)"
-            if free is not None:
-                memory += f", {_format_bytes(free)} free"
-        print(f"  device {dev['id']}: {memory}")
+        total, free = dev["total"], dev["free"]
+        print(f"  device {dev['id']}: memory {_format_bytes(total)} total ({total} bytes), {_format_bytes(free)} free")
     env = info["environment"]
     if env:
         print("environment: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))

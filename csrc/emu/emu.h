@@ -1,11 +1,13 @@
 /*
  * Internal interface between the parts of the emulated runtime.
  *
- *   api (csrc/api)  ->  provider table  ->  device.c  memory.c  stream.c  (runtime)
- *                                        ->  ipc_*.c  (IPC, uses memory.c)
+ *   api (csrc/api) -> provider table (core) -> device.c memory.c stream.c (runtime)
+ *                                           -> ipc/ (the IPC layer, uses memory.c)
+ *                                           -> os/ (the platform calls, under all of them)
  *
- * Lock order, outermost first: ipc lock -> memory lock. Nothing calls back
- * from memory.c into the IPC layer.
+ * Lock order, outermost first: the IPC layer's locks (the exporter's, the
+ * importer's) -> memory lock. Nothing calls back from memory.c into the
+ * IPC layer.
  */
 #ifndef ASCEND_IPC_EMU_EMU_H_
 #define ASCEND_IPC_EMU_EMU_H_

@@ -48,7 +48,7 @@ ENABLED = os.environ.get("ASCEND_IPC_LEAKCHECK", "1") != "0"
 GRACE_S = float(os.environ.get("ASCEND_IPC_LEAKCHECK_GRACE", "3"))
 _DEBUG = os.environ.get("ASCEND_IPC_LEAKCHECK_DEBUG", "0") != "0"
 
-_WINDOW = 1 << 30  # csrc/emu/ipc_internal.h: AIPC_WINDOW
+_WINDOW = 1 << 30  # csrc/emu/ipc/importer.c: AIPC_WINDOW
 _SNAPSHOT = pytest.StashKey[dict]()
 _FAILED = pytest.StashKey[bool]()
 

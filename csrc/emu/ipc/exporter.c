@@ -898,7 +898,7 @@ static int whitelist_add(aipc__export *e, int32_t pid) {
 
 aclError aipc__exporter_allow(const char *call, const aipc__key *k, const int32_t *pids, size_t num) {
   pthread_mutex_lock(&g.lock);
-  aipc__export *e;
+  aipc__export *e = NULL;
   aclError rc = own_export(call, k, &e);
   for (size_t i = 0; rc == ACL_SUCCESS && i < num; i++)
     if (whitelist_add(e, pids[i]) != 0) rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
@@ -922,7 +922,7 @@ static int remote_add(aipc__export *e, uint32_t sdid, int32_t pid) {
 aclError aipc__exporter_allow_servers(const char *call, const aipc__key *k, const aclrtServerPid *servers,
                                       size_t num, uint32_t here) {
   pthread_mutex_lock(&g.lock);
-  aipc__export *e;
+  aipc__export *e = NULL;
   aclError rc = own_export(call, k, &e);
   for (size_t i = 0; rc == ACL_SUCCESS && i < num; i++) {
     const aclrtServerPid *sp = &servers[i];
@@ -937,7 +937,7 @@ aclError aipc__exporter_allow_servers(const char *call, const aipc__key *k, cons
 
 aclError aipc__exporter_set_attr(const char *call, const aipc__key *k, uint32_t attr) {
   pthread_mutex_lock(&g.lock);
-  aipc__export *e;
+  aipc__export *e = NULL;
   aclError rc = own_export(call, k, &e);
   if (rc == ACL_SUCCESS && e->imported)
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM,

@@ -62,7 +62,7 @@ typedef struct aipc__csock {
   uint32_t refs; /* guarded by the connection's mu */
 } aipc__csock;
 
-typedef struct aipc__creq aipc__creq; /* a request waiting for its reply (ipc_client.c) */
+typedef struct aipc__creq aipc__creq; /* a request waiting for its reply (below) */
 
 /*
  * Requests from any number of threads share the connection: each sends its

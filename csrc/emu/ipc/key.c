@@ -1,4 +1,4 @@
-/* IPC keys: formatting, strict parsing, secrets. See ipc_key.h. */
+/* IPC keys: formatting, strict parsing, secrets. See key.h. */
 #include "emu/ipc/key.h"
 
 #include <errno.h>
