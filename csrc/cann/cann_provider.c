@@ -3,14 +3,17 @@
  * placed in the provider table (see cann_provider.h for the search order).
  *
  * The table entries are the library's own functions wherever the signatures
- * allow, so a call costs one indirect jump. Three entries are wrappers:
+ * allow, so a call costs one indirect jump. The entries, the stubs and the
+ * dlsym table are generated from core/calls.h. These are wrappers:
  *   init               aclInit once per process; a repeated initialisation
  *                      (another component such as torch_npu came first)
  *                      counts as success;
  *   get_recent_err_msg the message of a failure made here (a missing
  *                      symbol, a failed aclInit), else the library's own;
  *   a missing call     fails with ACL_ERROR_FEATURE_UNSUPPORTED and says
- *                      which symbol is missing and which CANN has it.
+ *                      which symbol is missing and which CANN has it (a
+ *                      missing aclGetRecentErrMsg just means no messages).
+ * The provider's state is one struct, the table's private_data.
  */
 #define _GNU_SOURCE /* dladdr */
 #include "cann_provider.h"

@@ -14,12 +14,10 @@
  *   5. libascendcl.so through the dynamic loader (LD_LIBRARY_PATH, ld.so.cache).
  * Each is opened with RTLD_NOW | RTLD_LOCAL.
  *
- * A library that lacks one of the calls this project needs at its core
- * (aclInit, aclrtSetDevice, aclrtGetDevice, aclrtGetDeviceCount, aclrtMalloc,
- * aclrtFree, aclrtMemcpy) is not used. Any other missing call (an older
- * CANN) gets a table entry that fails with ACL_ERROR_FEATURE_UNSUPPORTED and
- * a message naming the call and the CANN version that introduced it, so only
- * the features that need it are lost.
+ * A library that lacks a call marked REQUIRED in core/calls.h is not used.
+ * Any other missing call (an older CANN) gets a table entry that fails with
+ * ACL_ERROR_FEATURE_UNSUPPORTED and a message naming the call and the CANN
+ * version that introduced it, so only the features that need it are lost.
  */
 #ifndef ASCEND_IPC_CANN_PROVIDER_H_
 #define ASCEND_IPC_CANN_PROVIDER_H_
