@@ -36,6 +36,15 @@ void th_fail(const char *file, int line, const char *fmt, ...) {
   exit(1);
 }
 
+void th_check_acl(const char *file, int line, const char *call, aclError got, aclError want, const char *needle) {
+  const char *m = aclGetRecentErrMsg();
+  if (got != want) th_fail(file, line, "%s returned %d, expected %d (%s)", call, got, (int)want, m ? m : "no message");
+  if (got != ACL_SUCCESS && (m == NULL || m[0] == '\0'))
+    th_fail(file, line, "%s failed with %d but left no message", call, got);
+  if (needle && (!m || !strstr(m, needle)))
+    th_fail(file, line, "%s: message \"%s\" lacks \"%s\"", call, m ? m : "(none)", needle);
+}
+
 static int th_timeout(void) {
   const char *s = getenv("TEST_TIMEOUT");
   int t = s ? atoi(s) : 0;

@@ -41,30 +41,12 @@ void th_fail(const char *file, int line, const char *fmt, ...) __attribute__((no
   } while (0)
 
 /* The call returns `code`; a failing call must also leave a message. */
-#define CHECK_ACL(call, code)                                               \
-  do {                                                                      \
-    aclError th_r_ = (call);                                                \
-    const char *th_m_ = aclGetRecentErrMsg();                               \
-    if (th_r_ != (code))                                                    \
-      th_fail(__FILE__, __LINE__, "%s returned %d, expected %d (%s)", #call, th_r_, (int)(code), \
-              th_m_ ? th_m_ : "no message");                                \
-    if (th_r_ != ACL_SUCCESS && (th_m_ == NULL || th_m_[0] == '\0'))        \
-      th_fail(__FILE__, __LINE__, "%s failed with %d but left no message", #call, th_r_); \
-  } while (0)
-
+#define CHECK_ACL(call, code) th_check_acl(__FILE__, __LINE__, #call, (call), (code), NULL)
 #define CHECK_OK(call) CHECK_ACL(call, ACL_SUCCESS)
-
-/* The call fails with code and its message contains needle. */
-#define CHECK_MSG(call, code, needle)                                                       \
-  do {                                                                                      \
-    aclError th_r_ = (call);                                                                \
-    const char *th_m_ = aclGetRecentErrMsg();                                               \
-    if (th_r_ != (code))                                                                    \
-      th_fail(__FILE__, __LINE__, "%s returned %d, expected %d (%s)", #call, th_r_, (int)(code), \
-              th_m_ ? th_m_ : "no message");                                                \
-    if (!th_m_ || !strstr(th_m_, needle))                                                   \
-      th_fail(__FILE__, __LINE__, "%s: message \"%s\" lacks \"%s\"", #call, th_m_ ? th_m_ : "(none)", needle); \
-  } while (0)
+/* The call fails with `code` and its message contains needle. */
+#define CHECK_MSG(call, code, needle) th_check_acl(__FILE__, __LINE__, #call, (call), (code), (needle))
+/* What the two check: got is what `call` returned; the message is taken here. */
+void th_check_acl(const char *file, int line, const char *call, aclError got, aclError want, const char *needle);
 
 /* Helpers for multi-process tests. */
 

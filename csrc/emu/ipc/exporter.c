@@ -3,7 +3,7 @@
  * importers on this process's abstract Unix socket.
  *
  * Every socket operation of the server happens under g.lock and never
- * blocks (MSG_DONTWAIT): the thread waits in epoll_wait with the lock
+ * blocks (MSG_DONTWAIT): the thread waits on its poller with the lock
  * released, then takes it and serves what is ready. Because receiving is
  * done under the lock, an exporter's aclrtIpcMemClose can process what an
  * importer already sent (its RELEASE, its EOF) before it decides, in order
@@ -100,7 +100,7 @@ static struct exporter_state {
   bool server_running;
   bool stop;
   pthread_t thread;
-  int listen_fd, epoll_fd, wake_fd;
+  int listen_fd, poller_fd, wake_fd;
   bool listen_paused;
   aipc__hmap exports; /* {id, 0} -> aipc__export */
   aipc__hmap refs;    /* {export id, conn serial} -> aipc__ref */
@@ -109,7 +109,7 @@ static struct exporter_state {
 } g = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .listen_fd = -1,
-    .epoll_fd = -1,
+    .poller_fd = -1,
     .wake_fd = -1,
 };
 
@@ -222,7 +222,7 @@ static void conn_kill(aipc__sconn *c) {
     export_maybe_finish(e);
   }
   if (c->fd >= 0) {
-    aipc__os_poller_del(g.epoll_fd, c->fd);
+    aipc__os_poller_del(g.poller_fd, c->fd);
     close(c->fd);
     c->fd = -1;
   }
@@ -616,7 +616,7 @@ static void accept_all(void) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         /* Out of descriptors: stop listening for a while instead of spinning. */
-        aipc__os_poller_del(g.epoll_fd, g.listen_fd);
+        aipc__os_poller_del(g.poller_fd, g.listen_fd);
         g.listen_paused = true;
       }
       return;
@@ -628,7 +628,7 @@ static void accept_all(void) {
       close(fd);
       continue;
     }
-    if (aipc__os_poller_add(g.epoll_fd, fd, c) != 0) {
+    if (aipc__os_poller_add(g.poller_fd, fd, c) != 0) {
       conn_kill(c); /* closes fd */
       continue;
     }
@@ -636,7 +636,7 @@ static void accept_all(void) {
 }
 
 static void resume_listen(void) {
-  if (aipc__os_poller_add(g.epoll_fd, g.listen_fd, &listen_tag) == 0) g.listen_paused = false;
+  if (aipc__os_poller_add(g.poller_fd, g.listen_fd, &listen_tag) == 0) g.listen_paused = false;
 }
 
 static void *server_main(void *arg) {
@@ -651,7 +651,7 @@ static void *server_main(void *arg) {
     /* g.closing only changes under g.lock, and its first entry wakes us. */
     int timeout = g.listen_paused ? 50 : -1;
     if (__atomic_load_n(&g.closing, __ATOMIC_RELAXED)) timeout = SWEEP_MS;
-    int n = aipc__os_poller_wait(g.epoll_fd, tags, 64, timeout);
+    int n = aipc__os_poller_wait(g.poller_fd, tags, 64, timeout);
     pthread_mutex_lock(&g.lock);
     if (g.stop) {
       pthread_mutex_unlock(&g.lock);
@@ -682,9 +682,9 @@ static void *server_main(void *arg) {
 
 static void close_fds(void) {
   if (g.listen_fd >= 0) close(g.listen_fd);
-  if (g.epoll_fd >= 0) close(g.epoll_fd);
+  if (g.poller_fd >= 0) close(g.poller_fd);
   if (g.wake_fd >= 0) close(g.wake_fd);
-  g.listen_fd = g.epoll_fd = g.wake_fd = -1;
+  g.listen_fd = g.poller_fd = g.wake_fd = -1;
 }
 
 /* Starts the server thread once. g.lock held. */
@@ -693,7 +693,7 @@ static aclError server_start(const char *call) {
   if (aipc__self_get(&g.pid, &g.nonce) != 0)
     return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: getrandom failed: %s", call, strerror(errno));
   g.euid = geteuid();
-  g.listen_fd = g.epoll_fd = g.wake_fd = -1;
+  g.listen_fd = g.poller_fd = g.wake_fd = -1;
   struct sockaddr_un sa;
   unsigned salen = aipc__self_sockaddr(&sa, g.pid, g.nonce);
   const char *what = "socket";
@@ -704,14 +704,14 @@ static aclError server_start(const char *call) {
   what = "listen";
   if (listen(g.listen_fd, LISTEN_BACKLOG) != 0) goto fail;
   what = "epoll_create1";
-  g.epoll_fd = aipc__os_poller_create();
-  if (g.epoll_fd < 0) goto fail;
+  g.poller_fd = aipc__os_poller_create();
+  if (g.poller_fd < 0) goto fail;
   what = "eventfd";
   g.wake_fd = aipc__os_waker_create();
   if (g.wake_fd < 0) goto fail;
   what = "epoll_ctl";
-  if (aipc__os_poller_add(g.epoll_fd, g.listen_fd, &listen_tag) != 0) goto fail;
-  if (aipc__os_poller_add(g.epoll_fd, g.wake_fd, &wake_tag) != 0) goto fail;
+  if (aipc__os_poller_add(g.poller_fd, g.listen_fd, &listen_tag) != 0) goto fail;
+  if (aipc__os_poller_add(g.poller_fd, g.wake_fd, &wake_tag) != 0) goto fail;
 
   g.stop = false;
   g.listen_paused = false;

@@ -473,8 +473,7 @@ static void install_ledger(aipc__cconn *c, int fd) {
   c->ledger = NULL;
   struct stat st;
   if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == AIPC_LEDGER_BYTES) {
-    void *p = mmap(NULL, AIPC_LEDGER_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p != MAP_FAILED) c->ledger = p;
+    c->ledger = aipc__os_map_shared(fd, AIPC_LEDGER_BYTES);
   }
   close(fd);
 }
