@@ -12,6 +12,8 @@
 
 #include "emu/ipc/key.h"
 
+/* Written once under lock (the nonce first, then the pid, both with release
+ * stores), read without it: aipc__self_is is on every close's path. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t self_pid;   /* 0 until named */
 static uint64_t self_nonce; /* never 0 once named */
@@ -23,8 +25,8 @@ int aipc__self_get(uint32_t *pid, uint64_t *nonce) {
     uint64_t n = 0;
     while (rc == 0 && n == 0) rc = aipc__random(&n, sizeof n);
     if (rc == 0) {
-      self_nonce = n;
-      self_pid = (uint32_t)getpid();
+      __atomic_store_n(&self_nonce, n, __ATOMIC_RELEASE);
+      __atomic_store_n(&self_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
     }
   }
   *pid = self_pid;
@@ -34,10 +36,8 @@ int aipc__self_get(uint32_t *pid, uint64_t *nonce) {
 }
 
 bool aipc__self_is(uint32_t pid, uint64_t nonce) {
-  pthread_mutex_lock(&lock);
-  bool me = self_pid != 0 && pid == self_pid && nonce == self_nonce;
-  pthread_mutex_unlock(&lock);
-  return me;
+  uint32_t p = __atomic_load_n(&self_pid, __ATOMIC_ACQUIRE);
+  return p != 0 && pid == p && nonce == __atomic_load_n(&self_nonce, __ATOMIC_ACQUIRE);
 }
 
 unsigned aipc__self_sockaddr(void *out, uint32_t pid, uint64_t nonce) {

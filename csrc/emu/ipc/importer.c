@@ -118,6 +118,7 @@ static struct importer_state {
   uint64_t tick;      /* for LRU of idle connections */
   aipc__hmap cconns;  /* {pid, nonce} -> aipc__cconn */
   aipc__hmap imports; /* {nonce, export id} -> aipc__import */
+  size_t n_imports;   /* imports.len, also read without the lock (atomic) */
   uint32_t idle_cconns;
   aipc__win *idle_head, *idle_tail; /* idle windows, oldest first */
   uint32_t idle_wins;
@@ -127,6 +128,9 @@ static struct importer_state {
 
 static aipc__hkey ckey(uint32_t pid, uint64_t nonce) { return (aipc__hkey){pid, nonce}; }
 static aipc__hkey ikey(uint64_t nonce, uint64_t id) { return (aipc__hkey){nonce, id}; }
+
+/* g.lock held, after every change of g.imports. */
+static void imports_counted(void) { __atomic_store_n(&g.n_imports, g.imports.len, __ATOMIC_RELEASE); }
 
 /* g.lock held: the import k names, secret checked, or NULL. */
 static aipc__import *import_lookup(const aipc__key *k) {
@@ -889,6 +893,7 @@ static aclError import_register(aipc__cconn *c, const aipc__key *k, const grante
     unmap_granted(p, gr->size, w);
     b = NULL;
   }
+  imports_counted();
   if (!b) {
     pthread_mutex_unlock(&g.lock);
     free(imp);
@@ -954,6 +959,12 @@ aclError aipc__importer_import(const aipc__key *k, uint64_t flags, void **devPtr
 }
 
 aclError aipc__importer_close(const aipc__key *k, bool *found) {
+  /* An exporter closing its own keys need not queue behind the importer's
+   * lock: with nothing imported there is nothing to find. */
+  if (__atomic_load_n(&g.n_imports, __ATOMIC_ACQUIRE) == 0) {
+    *found = false;
+    return ACL_ERROR_INVALID_PARAM;
+  }
   pthread_mutex_lock(&g.lock);
   aipc__import *imp = import_lookup(k);
   *found = imp != NULL;
@@ -962,6 +973,7 @@ aclError aipc__importer_close(const aipc__key *k, bool *found) {
     return imp ? ACL_SUCCESS : ACL_ERROR_INVALID_PARAM;
   }
   aipc__hmap_remove(&g.imports, ikey(imp->nonce, imp->export_id));
+  imports_counted();
   aipc__mem_wrlock();
   aipc__mem_remove_import(imp->block);
   aipc__mem_unlock();
@@ -1003,6 +1015,7 @@ static void free_all(bool unmap) {
     free(imp);
   }
   aipc__hmap_clear(&g.imports);
+  imports_counted();
   for (size_t i = 0; aipc__hmap_next(&g.cconns, &i, &k, &v);) {
     aipc__cconn *c = v;
     aipc__hkey wk;
