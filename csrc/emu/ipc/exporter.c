@@ -354,35 +354,25 @@ static void grants_add(aipc__sconn *c, uint64_t req, uint64_t export_id) {
 static void handle_import(aipc__sconn *c, const aipc__msg *q) {
   grants_settle(c, q->settled);
   aipc__msg a;
-  memset(&a, 0, offsetof(aipc__msg, text) + 1);
-  a.type = AIPC_MSG_IMPORT_REPLY;
-  a.req = q->req;
   /* Releases this importer already noted count first (keeps counts small). */
   if (!consume_for(q->export_id, c)) return;
   aipc__export *e = aipc__hmap_get(&g.exports, ekey(q->export_id));
   int secret_ok = aipc__secret_equal(e ? e->secret : dummy_secret, q->secret);
   int fd = -1, ledger_fd = -1;
   if (c->uid != g.euid) {
-    a.status = ACL_ERROR_RT_NO_PERMISSION;
-    aipc__proto_set_text(&a,
-                         "process %d runs as uid %u but the exporter (process %d) runs as uid %u: "
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION, "process %d runs as uid %u but the exporter (process %d) runs as uid %u: "
                          "IPC memory is shared only between processes of the same user",
                          (int)c->pid, (unsigned)c->uid, (int)g.pid, (unsigned)g.euid);
   } else if (!e || !secret_ok) {
-    a.status = ACL_ERROR_RT_IPC_ERROR;
-    aipc__proto_set_text(&a, "key not exported by process %d (closed, never issued, or forged)", (int)g.pid);
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "key not exported by process %d (closed, never issued, or forged)", (int)g.pid);
   } else if (e->closed) {
-    a.status = ACL_ERROR_RT_IPC_ERROR;
-    aipc__proto_set_text(&a, "key was closed by its exporter (process %d): no new imports", (int)g.pid);
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "key was closed by its exporter (process %d): no new imports", (int)g.pid);
   } else if (q->sdid != aipc__config_get()->sdid) {
-    a.status = ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
-    aipc__proto_set_text(&a, "importer is on server %u, the exporter on server %u: cross-server import needs the "
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "importer is on server %u, the exporter on server %u: cross-server import needs the "
                          "super-node fabric; the emulator has none",
                          q->sdid, aipc__config_get()->sdid);
   } else if (!whitelisted(e, c->pid)) {
-    a.status = ACL_ERROR_RT_NO_PERMISSION;
-    aipc__proto_set_text(&a,
-                         "process %d is not on the whitelist of this key: the exporter (process %d) must pass "
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION, "process %d is not on the whitelist of this key: the exporter (process %d) must pass "
                          "it to aclrtIpcMemSetImportPid, or export with "
                          "ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION",
                          (int)c->pid, (int)g.pid);
@@ -395,19 +385,15 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q) {
     aipc__mem_unlock();
     aipc__ref *r = aipc__hmap_get(&g.refs, rkey(e->id, c->serial));
     if (freed) {
-      a.status = ACL_ERROR_RT_IPC_ERROR;
-      aipc__proto_set_text(&a, "the memory of this key was freed by its exporter (process %d)", (int)g.pid);
+      aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "the memory of this key was freed by its exporter (process %d)", (int)g.pid);
     } else if (need_fd && arena < 0) {
-      a.status = ACL_ERROR_RT_INTERNAL_ERROR;
-      aipc__proto_set_text(&a, "exporter (process %d) has no memory on device %d", (int)g.pid, (int)e->device);
+      aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_INTERNAL_ERROR, "exporter (process %d) has no memory on device %d", (int)g.pid, (int)e->device);
     } else if (r && r->count == UINT32_MAX) {
-      a.status = ACL_ERROR_RT_INTERNAL_ERROR;
-      aipc__proto_set_text(&a, "too many references from process %d", (int)c->pid);
+      aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_INTERNAL_ERROR, "too many references from process %d", (int)c->pid);
     } else if (!r && (!(r = calloc(1, sizeof *r)) || aipc__hmap_put(&g.refs, rkey(e->id, c->serial), r) != 0)) {
       free(r);
       r = NULL;
-      a.status = ACL_ERROR_RT_INTERNAL_ERROR;
-      aipc__proto_set_text(&a, "exporter (process %d) is out of memory", (int)g.pid);
+      aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_INTERNAL_ERROR, "exporter (process %d) is out of memory", (int)g.pid);
     } else {
       if (r->count == 0) {
         if (!c->ledger && !c->ledger_sent) ledger_fd = ledger_create(c);
@@ -424,17 +410,9 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q) {
       r->count++;
       e->refs_total++;
       e->imported = true;
-      a.status = ACL_SUCCESS;
-      a.device = e->device;
-      a.attr = e->attr;
-      a.offset = e->offset;
-      a.size = e->size;
-      a.slot = r->slot;
-      if (need_fd) {
-        a.flags |= AIPC_REPLY_FD;
-        fd = arena;
-      }
-      if (ledger_fd >= 0) a.flags |= AIPC_REPLY_LEDGER;
+      if (need_fd) fd = arena;
+      uint32_t flags = (need_fd ? AIPC_REPLY_FD : 0) | (ledger_fd >= 0 ? AIPC_REPLY_LEDGER : 0);
+      aipc__msg_grant(&a, q->req, e->device, e->attr, e->offset, e->size, r->slot, flags);
     }
   }
   int sent = conn_send2(c, &a, fd, ledger_fd);
@@ -481,11 +459,7 @@ static void handle_release(aipc__sconn *c, const aipc__msg *q) {
 
 static void send_version_error(aipc__sconn *c, const aipc__msg *q) {
   aipc__msg a;
-  memset(&a, 0, offsetof(aipc__msg, text) + 1);
-  a.type = AIPC_MSG_ERROR;
-  a.req = q->req;
-  a.status = ACL_ERROR_RT_IPC_ERROR;
-  aipc__proto_set_text(&a, "exporter (process %d) speaks IPC protocol version %d, not %u", (int)g.pid,
+  aipc__msg_error(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "exporter (process %d) speaks IPC protocol version %d, not %u", (int)g.pid,
                        AIPC_PROTO_VERSION, (unsigned)q->version);
   (void)conn_send(c, &a, -1);
 }
@@ -860,14 +834,7 @@ aclError aipc__exporter_export(void *devPtr, size_t size, uint64_t flags, char k
   }
   aipc__mem_unlock();
   if (rc == ACL_SUCCESS) {
-    aipc__key k;
-    k.pid = g.pid;
-    k.sdid = aipc__config_get()->sdid;
-    k.nonce = g.nonce;
-    k.export_id = e->id;
-    memcpy(k.secret, e->secret, AIPC_SECRET_LEN);
-    aipc__key_format(&k, key);
-    memset(k.secret, 0, sizeof k.secret);
+    aipc__key_write(g.pid, aipc__config_get()->sdid, g.nonce, e->id, e->secret, key);
   } else {
     free(e);
   }

@@ -492,11 +492,7 @@ static void send_release(aipc__cconn *c, uint64_t id, uint32_t count) {
   if (!s) return;
   s->refs++;
   aipc__msg m;
-  memset(&m, 0, offsetof(aipc__msg, text) + 1);
-  m.type = AIPC_MSG_RELEASE;
-  m.req = ++c->next_req;
-  m.export_id = id;
-  m.count = count;
+  aipc__msg_release(&m, ++c->next_req, id, count);
   uint8_t buf[AIPC_PROTO_MAX];
   size_t len = aipc__proto_encode(&m, buf);
   pthread_mutex_unlock(&c->mu);
@@ -650,9 +646,7 @@ static void abandon(aipc__cconn *c, aipc__csock *s, aipc__creq *r) {
     return;
   }
   aipc__msg m;
-  memset(&m, 0, offsetof(aipc__msg, text) + 1);
-  m.type = AIPC_MSG_CANCEL;
-  m.req = r->id;
+  aipc__msg_cancel(&m, r->id);
   uint8_t buf[AIPC_PROTO_MAX];
   size_t len = aipc__proto_encode(&m, buf);
   /* Sent under c->mu, so no IMPORT saying r is settled can go before it.
@@ -674,8 +668,8 @@ static void wait_until(aipc__cconn *c, uint64_t deadline_ms) {
 static rt_result request(aipc__cconn *c, aipc__msg *q, aipc__creq *r, uint64_t deadline) {
   aipc__csock *s = c->sock;
   s->refs++;
-  r->id = q->req = ++c->next_req;
-  q->settled = settled_mark(c, r->id);
+  r->id = ++c->next_req;
+  aipc__msg_number(q, r->id, settled_mark(c, r->id));
   r->state = CREQ_WAITING;
   r->prev = NULL;
   r->next = c->pending;
@@ -725,12 +719,7 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
                               granted *out) {
   int timeout_ms = aipc__config_get()->timeout_ms;
   aipc__msg q;
-  memset(&q, 0, offsetof(aipc__msg, text) + 1);
-  q.type = AIPC_MSG_IMPORT;
-  q.export_id = k->export_id;
-  memcpy(q.secret, k->secret, AIPC_SECRET_LEN);
-  q.flags = (uint32_t)flags;
-  q.sdid = aipc__config_get()->sdid;
+  aipc__msg_import(&q, k->export_id, k->secret, (uint32_t)flags, aipc__config_get()->sdid);
   aipc__creq r;
   rt_result rr = RT_DEAD;
   uint64_t gen = 0;
@@ -747,7 +736,7 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
     if (rr != RT_DEAD || fresh) break;
   }
   if (rr == RT_OK && c->gen != gen) rr = RT_DEAD; /* the connection went with the grant */
-  memset(q.secret, 0, sizeof q.secret);
+  aipc__msg_wipe(&q);
   switch (rr) {
     case RT_OK: break;
     case RT_DEAD:

@@ -51,6 +51,14 @@ void aipc__key_format(const aipc__key *k, char out[AIPC_KEY_CHARS + 1]) {
   *o = '\0';
 }
 
+
+void aipc__key_write(uint32_t pid, uint32_t sdid, uint64_t nonce, uint64_t export_id,
+                     const uint8_t secret[AIPC_SECRET_LEN], char out[AIPC_KEY_CHARS + 1]) {
+  aipc__key k = {.pid = pid, .sdid = sdid, .nonce = nonce, .export_id = export_id};
+  memcpy(k.secret, secret, AIPC_SECRET_LEN);
+  aipc__key_format(&k, out);
+  memset(k.secret, 0, sizeof k.secret);
+}
 aclError aipc__key_parse(const char *call, const char *key, aipc__key *out) {
   if (!key) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is NULL", call);
   size_t n = strnlen(key, ACL_IPC_MEM_KEY_LEN);

@@ -37,6 +37,9 @@ typedef struct aipc__key {
 
 /* Writes the key's text and a NUL into out (AIPC_KEY_CHARS + 1 bytes). */
 void aipc__key_format(const aipc__key *k, char out[AIPC_KEY_CHARS + 1]);
+/* The same from the parts of a key (the exporter's way to issue one). */
+void aipc__key_write(uint32_t pid, uint32_t sdid, uint64_t nonce, uint64_t export_id,
+                     const uint8_t secret[AIPC_SECRET_LEN], char out[AIPC_KEY_CHARS + 1]);
 
 /*
  * Parses key for the entry point named call. Reads at most

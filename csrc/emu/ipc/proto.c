@@ -2,12 +2,15 @@
 #include "emu/ipc/proto.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "core/le.h"
 #include "emu/emu.h"
+
+static void set_text_v(aipc__msg *m, const char *fmt, va_list ap);
 
 static size_t body_len(uint16_t type, uint32_t text_len) {
   switch (type) {
@@ -169,14 +172,80 @@ aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg
 void aipc__proto_set_text(aipc__msg *m, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(m->text, sizeof m->text, fmt, ap);
+  set_text_v(m, fmt, ap);
   va_end(ap);
+}
+
+/* ---- constructors ------------------------------------------------------------ */
+
+static void msg_start(aipc__msg *m, uint16_t type, uint64_t req) {
+  memset(m, 0, offsetof(aipc__msg, text) + 1);
+  m->type = type;
+  m->req = req;
+}
+
+void aipc__msg_import(aipc__msg *m, uint64_t export_id, const uint8_t secret[AIPC_SECRET_LEN], uint32_t flags,
+                      uint32_t sdid) {
+  msg_start(m, AIPC_MSG_IMPORT, 0);
+  m->export_id = export_id;
+  memcpy(m->secret, secret, AIPC_SECRET_LEN);
+  m->flags = flags;
+  m->sdid = sdid;
+}
+
+void aipc__msg_number(aipc__msg *m, uint64_t req, uint64_t settled) {
+  m->req = req;
+  m->settled = settled;
+}
+
+void aipc__msg_release(aipc__msg *m, uint64_t req, uint64_t export_id, uint32_t count) {
+  msg_start(m, AIPC_MSG_RELEASE, req);
+  m->export_id = export_id;
+  m->count = count;
+}
+
+void aipc__msg_cancel(aipc__msg *m, uint64_t req) { msg_start(m, AIPC_MSG_CANCEL, req); }
+
+void aipc__msg_grant(aipc__msg *m, uint64_t req, int32_t device, uint32_t attr, uint64_t offset, uint64_t size,
+                     uint32_t slot, uint32_t flags) {
+  msg_start(m, AIPC_MSG_IMPORT_REPLY, req);
+  m->status = ACL_SUCCESS;
+  m->device = device;
+  m->attr = attr;
+  m->offset = offset;
+  m->size = size;
+  m->slot = slot;
+  m->flags = flags;
+}
+
+static void set_text_v(aipc__msg *m, const char *fmt, va_list ap) {
+  int n = vsnprintf(m->text, sizeof m->text, fmt, ap);
   if (n < 0) n = 0;
   if ((size_t)n > AIPC_PROTO_TEXT_MAX) n = AIPC_PROTO_TEXT_MAX;
   for (int i = 0; i < n; i++)
     if ((unsigned char)m->text[i] < 0x20 || (unsigned char)m->text[i] > 0x7e) m->text[i] = '?';
   m->text_len = (uint32_t)n;
 }
+
+void aipc__msg_refuse(aipc__msg *m, uint64_t req, aclError status, const char *fmt, ...) {
+  msg_start(m, AIPC_MSG_IMPORT_REPLY, req);
+  m->status = status;
+  va_list ap;
+  va_start(ap, fmt);
+  set_text_v(m, fmt, ap);
+  va_end(ap);
+}
+
+void aipc__msg_error(aipc__msg *m, uint64_t req, aclError status, const char *fmt, ...) {
+  msg_start(m, AIPC_MSG_ERROR, req);
+  m->status = status;
+  va_list ap;
+  va_start(ap, fmt);
+  set_text_v(m, fmt, ap);
+  va_end(ap);
+}
+
+void aipc__msg_wipe(aipc__msg *m) { memset(m->secret, 0, sizeof m->secret); }
 
 ssize_t aipc__proto_recv(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int fds[AIPC_PROTO_MAX_FDS],
                          int *nfds, unsigned *seen) {

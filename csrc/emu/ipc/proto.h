@@ -120,4 +120,27 @@ ssize_t aipc__proto_recv(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int f
 /* Sets m's text (truncated to AIPC_PROTO_TEXT_MAX, non-printables replaced). */
 void aipc__proto_set_text(aipc__msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/*
+ * The messages each side sends, built here only (the decoder above fills
+ * the ones received), so a message's fields have one writer.
+ */
+/* IMPORT of export_id with its secret; aipc__msg_number gives it its id. */
+void aipc__msg_import(aipc__msg *m, uint64_t export_id, const uint8_t secret[AIPC_SECRET_LEN], uint32_t flags,
+                      uint32_t sdid);
+/* An IMPORT's request id, and the mark below which every request is settled. */
+void aipc__msg_number(aipc__msg *m, uint64_t req, uint64_t settled);
+void aipc__msg_release(aipc__msg *m, uint64_t req, uint64_t export_id, uint32_t count);
+void aipc__msg_cancel(aipc__msg *m, uint64_t req);
+/* IMPORT_REPLY granting [offset, offset + size) of device's memory; flags: AIPC_REPLY_*. */
+void aipc__msg_grant(aipc__msg *m, uint64_t req, int32_t device, uint32_t attr, uint64_t offset, uint64_t size,
+                     uint32_t slot, uint32_t flags);
+/* IMPORT_REPLY refusing request req with status and a message. */
+void aipc__msg_refuse(aipc__msg *m, uint64_t req, aclError status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* ERROR, sent before the exporter closes a connection it cannot serve. */
+void aipc__msg_error(aipc__msg *m, uint64_t req, aclError status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Zeroes the secret a message carried. */
+void aipc__msg_wipe(aipc__msg *m);
+
 #endif
