@@ -1,4 +1,4 @@
-/* IpcHandle and export(). */
+/* IpcHandle: an IPC key and the view it describes. */
 #include "ipchandle.h"
 
 #include <string.h>
@@ -34,12 +34,10 @@ static int check_key(PyObject *obj, char out[AIPC_PY_KEY_LEN]) {
   return 0;
 }
 
-/* A handle with every field set; takes new references to dtype, torch_dtype
- * and alloc (which may be NULL). Validates the view against size. */
-static PyObject *handle_build(aipc_py_state *st, const char *key, aipc_py_allocation *alloc,
-                              PyArray_Descr *dtype, PyObject *torch_dtype, int ndim,
-                              const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t offset,
-                              Py_ssize_t size, int32_t device, long pid) {
+PyObject *aipc_py_handle_build(aipc_py_state *st, const char *key, aipc_py_allocation *alloc,
+                               PyArray_Descr *dtype, PyObject *torch_dtype, int ndim,
+                               const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t offset,
+                               Py_ssize_t size, int32_t device, long pid) {
   Py_ssize_t itemsize = PyDataType_ELSIZE(dtype), lo, hi, count = 1;
   for (int i = 0; i < ndim; i++) {
     if (__builtin_mul_overflow(count, shape[i], &count)) {
@@ -89,7 +87,7 @@ static PyObject *handle_build(aipc_py_state *st, const char *key, aipc_py_alloca
   return (PyObject *)h;
 }
 
-static int check_torch_dtype(PyObject *obj) {
+int aipc_py_check_torch_dtype(PyObject *obj) {
   if (obj != NULL && obj != Py_None && !PyUnicode_Check(obj)) {
     PyErr_Format(PyExc_TypeError, "torch_dtype must be None or a str such as 'bfloat16', not %.100s",
                  Py_TYPE(obj)->tp_name);
@@ -131,7 +129,7 @@ static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     PyErr_Format(PyExc_ValueError, "device must not be negative, not %d", device);
     return NULL;
   }
-  if (check_torch_dtype(torch_dtype) < 0) return NULL;
+  if (aipc_py_check_torch_dtype(torch_dtype) < 0) return NULL;
   PyArray_Descr *dtype = dtype_obj == NULL ? PyArray_DescrFromType(NPY_UBYTE) : aipc_py_dtype_converter(dtype_obj);
   if (dtype == NULL) return NULL;
   Py_ssize_t itemsize = PyDataType_ELSIZE(dtype);
@@ -150,44 +148,16 @@ static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
   } else if (aipc_py_parse_strides(strides_obj, ndim, strides) < 0) {
     goto done;
   }
-  result = handle_build(st, key, NULL, dtype, torch_dtype == Py_None ? NULL : torch_dtype, ndim, shape,
-                        strides, offset, size, (int32_t)device, pid);
+  result = aipc_py_handle_build(st, key, NULL, dtype, torch_dtype == Py_None ? NULL : torch_dtype, ndim, shape,
+                                strides, offset, size, (int32_t)device, pid);
 done:
   Py_DECREF(dtype);
   return result;
 }
 
-/* ---- export ------------------------------------------------------------- */
+/* ---- process ids (allow() here, export() in functions.c) ------------------ */
 
-static int parse_link(PyObject *obj, int *link) {
-  static const struct {
-    const char *name;
-    int value;
-  } links[] = {
-      {"sio", ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO},
-      {"hccs", ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS},
-      {"ub_one_port", ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_ONE_PORT_PATH},
-      {"ub_multi_port", ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_MULTI_PORT_PATH},
-  };
-  *link = AIPC_PY_LINK_NONE;
-  if (obj == Py_None) return 0;
-  if (!PyUnicode_Check(obj)) {
-    PyErr_Format(PyExc_TypeError, "link must be None or a str, not %.100s", Py_TYPE(obj)->tp_name);
-    return -1;
-  }
-  for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
-    if (PyUnicode_CompareWithASCIIString(obj, links[i].name) == 0) {
-      *link = links[i].value;
-      return 0;
-    }
-  }
-  PyErr_Format(PyExc_ValueError, "link must be None, 'sio', 'hccs', 'ub_one_port' or 'ub_multi_port', not %R",
-               obj);
-  return -1;
-}
-
-/* A PyMem array of the pids in obj (an iterable of ints); *n its length. */
-static int32_t *parse_pids(PyObject *obj, Py_ssize_t *n) {
+int32_t *aipc_py_parse_pids(PyObject *obj, Py_ssize_t *n) {
   if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyLong_Check(obj) || PyDict_Check(obj)) {
     PyErr_Format(PyExc_TypeError, "pids must be None or a sequence of process ids, not %.100s",
                  Py_TYPE(obj)->tp_name);
@@ -221,83 +191,6 @@ fail:
   Py_DECREF(seq);
   PyMem_Free(pids);
   return NULL;
-}
-
-PyObject *aipc_py_export(PyObject *module, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"array", "pids", "link", "torch_dtype", "keepalive", NULL};
-  aipc_py_state *st = aipc_py_state_of_module(module);
-  const aipc_provider *p = st->provider;
-  PyObject *array_obj, *pids_obj = Py_None, *link_obj = Py_None, *torch_dtype = Py_None, *result = NULL;
-  PyObject *keepalive = Py_None;
-  int32_t *pids = NULL;
-  Py_ssize_t npids = 0;
-  int link;
-  char key[AIPC_PY_KEY_LEN];
-  aipc_py_allocation *alloc = NULL;
-
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO$OO:export", kwlist, &array_obj, &pids_obj, &link_obj,
-                                   &torch_dtype, &keepalive)) {
-    return NULL;
-  }
-  if (Py_TYPE(array_obj) != st->array_type) {
-    PyErr_Format(PyExc_TypeError, "export() needs a DeviceArray, not %.100s", Py_TYPE(array_obj)->tp_name);
-    return NULL;
-  }
-  aipc_py_array *a = (aipc_py_array *)array_obj;
-  if (aipc_py_array_checked(a) == NULL) return NULL;
-  if (parse_link(link_obj, &link) < 0) return NULL;
-  if (check_torch_dtype(torch_dtype) < 0) return NULL;
-  if (pids_obj != Py_None) {
-    pids = parse_pids(pids_obj, &npids);
-    if (pids == NULL) return NULL;
-  }
-  uint64_t flags = pids_obj == Py_None ? ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
-                                       : ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT;
-  alloc = (aipc_py_allocation *)Py_NewRef((PyObject *)a->alloc); /* alive across the GIL release */
-
-  /* Without a whitelist one export per allocation serves every view. */
-  aipc_py_export_rec *rec =
-      flags == ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION ? aipc_py_allocation_find_export(alloc, flags, link)
-                                                                  : NULL;
-  if (rec != NULL) {
-    memcpy(key, rec->key, sizeof key);
-  } else {
-    aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-    void *base = alloc->base;
-    size_t size = alloc->size;
-    memset(key, 0, sizeof key);
-    Py_BEGIN_ALLOW_THREADS
-    if (aipc_py_note(p, &f, "aclrtIpcMemGetExportKey", p->ipc_get_export_key(base, size, key, sizeof key, flags)) ==
-        ACL_SUCCESS) {
-      aclError rc = ACL_SUCCESS;
-      if (npids > 0) {
-        rc = aipc_py_note(p, &f, "aclrtIpcMemSetImportPid", p->ipc_set_import_pid(key, pids, (size_t)npids));
-      }
-      if (rc == ACL_SUCCESS && link != AIPC_PY_LINK_NONE) {
-        rc = aipc_py_note(p, &f, "aclrtIpcMemSetAttr",
-                          p->ipc_set_attr(key, ACL_RT_IPC_MEM_ATTR_ACCESS_LINK, (uint64_t)link));
-      }
-      if (rc != ACL_SUCCESS) (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
-    }
-    Py_END_ALLOW_THREADS
-    if (f.code != ACL_SUCCESS) {
-      aipc_py_raise(st, &f);
-      goto done;
-    }
-    if (aipc_py_allocation_add_export(alloc, key, flags, link) < 0) {
-      Py_BEGIN_ALLOW_THREADS
-      (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
-      Py_END_ALLOW_THREADS
-      goto done;
-    }
-  }
-  result = handle_build(st, key, alloc, a->dtype, torch_dtype == Py_None ? NULL : torch_dtype, a->ndim, a->shape,
-                        a->strides, a->offset, (Py_ssize_t)alloc->size, alloc->device, aipc_py_pid());
-  if (result != NULL && keepalive != Py_None) ((aipc_py_handle *)result)->keepalive = Py_NewRef(keepalive);
-done:
-  Py_XDECREF(alloc);
-  PyMem_Free(pids);
-  return result;
 }
 
 /* ---- methods -------------------------------------------------------------- */
@@ -444,7 +337,7 @@ static PyObject *handle_allow(PyObject *op, PyObject *args, PyObject *kwargs) {
     }
   }
   if (check_open(SELF) < 0) return NULL;
-  pids = parse_pids(args, &npids);
+  pids = aipc_py_parse_pids(args, &npids);
   if (pids == NULL) return NULL;
   memcpy(key, SELF->key, sizeof key);
   Py_BEGIN_ALLOW_THREADS

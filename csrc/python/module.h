@@ -104,7 +104,7 @@ const aipc_provider *aipc_py_select_provider(void);
 /* Why the last selection chose what it chose (for provider_info()); never NULL. */
 const char *aipc_py_selection_note(void);
 
-/* ---- the current device around a call (module.c) -----------------------
+/* ---- the current device around a call (device.c) -----------------------
  * Per-thread state of the runtime; both run without the GIL. */
 
 typedef struct aipc_py_device_scope {
@@ -119,7 +119,7 @@ aclError aipc_py_device_enter(const aipc_provider *p, aipc_py_failure *f, int32_
 /* Restores what enter changed. */
 void aipc_py_device_leave(const aipc_provider *p, aipc_py_device_scope *scope);
 
-/* ---- argument helpers (module.c) ---------------------------------------- */
+/* ---- argument helpers (device.c) ---------------------------------------- */
 
 /* device=None -> -1 (current); an int -> it; else TypeError. */
 int aipc_py_parse_device(PyObject *obj, int32_t *device);
