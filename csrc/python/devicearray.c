@@ -223,9 +223,20 @@ aipc_py_allocation *aipc_py_array_checked(aipc_py_array *self) {
 
 #define SELF ((aipc_py_array *)op)
 
+typedef struct memcpy_call {
+  void *dst;
+  const void *src;
+  size_t count;
+  aclrtMemcpyKind kind;
+} memcpy_call;
+
+static void copy_bytes(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  memcpy_call *c = arg;
+  (void)aipc_py_note(p, f, "aclrtMemcpy", p->memcpy(c->dst, c->count, c->src, c->count, c->kind));
+}
+
 static PyObject *array_numpy(PyObject *op, PyObject *unused) {
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
-  const aipc_provider *p = st->provider;
   aipc_py_allocation *alloc = aipc_py_array_checked(SELF);
   if (alloc == NULL) return NULL;
   PyObject *result = NULL, *staged = NULL;
@@ -253,21 +264,11 @@ static PyObject *array_numpy(PyObject *op, PyObject *unused) {
     dst = tmp;
   }
 
-  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-  aipc_py_device_scope scope;
-  int32_t device = alloc->device;
+  memcpy_call c = {dst, src, count, ACL_MEMCPY_DEVICE_TO_HOST};
   Py_INCREF(alloc); /* nothing frees it while the GIL is released */
-  Py_BEGIN_ALLOW_THREADS
-  if (aipc_py_device_enter(p, &f, device, &scope) == ACL_SUCCESS) {
-    (void)aipc_py_note(p, &f, "aclrtMemcpy", p->memcpy(dst, count, src, count, ACL_MEMCPY_DEVICE_TO_HOST));
-    aipc_py_device_leave(p, &scope);
-  }
-  Py_END_ALLOW_THREADS
+  int rc = aipc_py_call(st, alloc->device, copy_bytes, &c);
   Py_DECREF(alloc);
-  if (f.code != ACL_SUCCESS) {
-    aipc_py_raise(st, &f);
-    goto fail;
-  }
+  if (rc < 0) goto fail;
 
   if (!contiguous) {
     Py_INCREF(SELF->dtype);
@@ -289,7 +290,6 @@ fail:
 /* copy_from(src): host -> device copy into this (C-contiguous) view. */
 static PyObject *array_copy_from(PyObject *op, PyObject *src_obj) {
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
-  const aipc_provider *p = st->provider;
   aipc_py_allocation *alloc = aipc_py_array_checked(SELF);
   if (alloc == NULL) return NULL;
   Py_ssize_t itemsize = PyDataType_ELSIZE(SELF->dtype);
@@ -320,22 +320,13 @@ static PyObject *array_copy_from(PyObject *op, PyObject *src_obj) {
     Py_RETURN_NONE;
   }
 
-  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-  aipc_py_device_scope scope;
-  size_t count = (size_t)SELF->nbytes;
-  void *dst = (char *)alloc->base + SELF->offset;
-  const void *from = PyArray_DATA(host);
-  int32_t device = alloc->device;
+  memcpy_call c = {(char *)alloc->base + SELF->offset, PyArray_DATA(host), (size_t)SELF->nbytes,
+                   ACL_MEMCPY_HOST_TO_DEVICE};
   Py_INCREF(alloc); /* nothing frees it while the GIL is released */
-  Py_BEGIN_ALLOW_THREADS
-  if (aipc_py_device_enter(p, &f, device, &scope) == ACL_SUCCESS) {
-    (void)aipc_py_note(p, &f, "aclrtMemcpy", p->memcpy(dst, count, from, count, ACL_MEMCPY_HOST_TO_DEVICE));
-    aipc_py_device_leave(p, &scope);
-  }
-  Py_END_ALLOW_THREADS
+  int rc = aipc_py_call(st, alloc->device, copy_bytes, &c);
   Py_DECREF(alloc);
   Py_DECREF(host);
-  if (f.code != ACL_SUCCESS) return aipc_py_raise(st, &f);
+  if (rc < 0) return NULL;
   Py_RETURN_NONE;
 }
 

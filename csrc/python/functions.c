@@ -114,15 +114,22 @@ static PyObject *fn_bare_tgid(PyObject *module, PyObject *unused) {
   return PyLong_FromLong(pid);
 }
 
+typedef struct mem_info_call {
+  size_t free_bytes, total;
+} mem_info_call;
+
+static void get_mem_info(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  mem_info_call *c = arg;
+  (void)aipc_py_note(p, f, "aclrtGetMemInfo", p->get_mem_info(ACL_HBM_MEM, &c->free_bytes, &c->total));
+}
+
 static PyObject *fn_mem_info(PyObject *module, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"device", NULL};
   aipc_py_state *st = state(module);
   const aipc_provider *p = st->provider;
   PyObject *device_obj = Py_None;
   int32_t device;
-  size_t free_bytes = 0, total = 0;
-  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-  aipc_py_device_scope scope;
+  mem_info_call c = {0, 0};
 
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:mem_info", kwlist, &device_obj)) return NULL;
   if (aipc_py_parse_device(device_obj, &device) < 0) return NULL;
@@ -130,14 +137,8 @@ static PyObject *fn_mem_info(PyObject *module, PyObject *args, PyObject *kwargs)
     PyErr_Format(PyExc_NotImplementedError, "the %s provider cannot report memory", p->name);
     return NULL;
   }
-  Py_BEGIN_ALLOW_THREADS
-  if (aipc_py_device_enter(p, &f, device, &scope) == ACL_SUCCESS) {
-    (void)aipc_py_note(p, &f, "aclrtGetMemInfo", p->get_mem_info(ACL_HBM_MEM, &free_bytes, &total));
-    aipc_py_device_leave(p, &scope);
-  }
-  Py_END_ALLOW_THREADS
-  if (f.code != ACL_SUCCESS) return aipc_py_raise(st, &f);
-  return Py_BuildValue("(nn)", (Py_ssize_t)free_bytes, (Py_ssize_t)total);
+  if (aipc_py_call(st, device, get_mem_info, &c) < 0) return NULL;
+  return Py_BuildValue("(nn)", (Py_ssize_t)c.free_bytes, (Py_ssize_t)c.total);
 }
 
 /* ---- DeviceArrays ---------------------------------------------------------- */
@@ -147,45 +148,51 @@ static size_t page_round(Py_ssize_t nbytes) {
   return (n + AIPC_PY_PAGE - 1) & ~(AIPC_PY_PAGE - 1);
 }
 
+typedef struct allocate_call {
+  size_t size;       /* page-rounded */
+  Py_ssize_t nbytes; /* bytes to copy from host */
+  const void *host;  /* or NULL */
+  int zero;
+  void *ptr;         /* out: the memory, or NULL */
+  int32_t device;    /* out: the device it is on */
+} allocate_call;
+
+static void malloc_and_fill(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  allocate_call *c = arg;
+  c->device = device;
+  if (aipc_py_note(p, f, "aclrtMalloc", p->malloc(&c->ptr, c->size, ACL_MEM_MALLOC_HUGE_FIRST)) != ACL_SUCCESS) {
+    return;
+  }
+  aclError rc = ACL_SUCCESS;
+  if (c->host != NULL && c->nbytes > 0) {
+    rc = aipc_py_note(p, f, "aclrtMemcpy",
+                      p->memcpy(c->ptr, c->size, c->host, (size_t)c->nbytes, ACL_MEMCPY_HOST_TO_DEVICE));
+  } else if (c->zero) {
+    rc = aipc_py_note(p, f, "aclrtMemset", p->memset(c->ptr, c->size, 0, c->size));
+  }
+  if (rc != ACL_SUCCESS) {
+    (void)aipc_py_note(p, f, "aclrtFree", p->free(c->ptr));
+    c->ptr = NULL;
+  }
+}
+
+static void free_memory(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *ptr) {
+  (void)aipc_py_note(p, f, "aclrtFree", p->free(ptr));
+}
+
 /*
  * Allocates device memory for nbytes on device (-1: current), optionally
- * fills it from host (count bytes) or with zeros, and wraps it. A new
+ * fills it from host (nbytes bytes) or with zeros, and wraps it. A new
  * reference to the allocation, or NULL with an exception.
  */
 static aipc_py_allocation *allocate(aipc_py_state *st, int32_t device, Py_ssize_t nbytes,
                                     const void *host, int zero) {
-  const aipc_provider *p = st->provider;
-  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-  aipc_py_device_scope scope;
-  size_t size = page_round(nbytes);
-  void *ptr = NULL;
-
-  Py_BEGIN_ALLOW_THREADS
-  if (aipc_py_device_enter(p, &f, device, &scope) == ACL_SUCCESS) {
-    if (aipc_py_note(p, &f, "aclrtMalloc", p->malloc(&ptr, size, ACL_MEM_MALLOC_HUGE_FIRST)) ==
-        ACL_SUCCESS) {
-      aclError rc = ACL_SUCCESS;
-      if (host != NULL && nbytes > 0) {
-        rc = aipc_py_note(p, &f, "aclrtMemcpy",
-                          p->memcpy(ptr, size, host, (size_t)nbytes, ACL_MEMCPY_HOST_TO_DEVICE));
-      } else if (zero) {
-        rc = aipc_py_note(p, &f, "aclrtMemset", p->memset(ptr, size, 0, size));
-      }
-      if (rc != ACL_SUCCESS) {
-        (void)aipc_py_note(p, &f, "aclrtFree", p->free(ptr));
-        ptr = NULL;
-      }
-    }
-    aipc_py_device_leave(p, &scope);
-  }
-  Py_END_ALLOW_THREADS
-
-  if (f.code != ACL_SUCCESS) return (aipc_py_allocation *)aipc_py_raise(st, &f);
-  aipc_py_allocation *a = aipc_py_allocation_create(st, AIPC_PY_OWNED, ptr, size, scope.device, NULL);
+  allocate_call c = {page_round(nbytes), nbytes, host, zero, NULL, -1};
+  if (aipc_py_call(st, device, malloc_and_fill, &c) < 0) return NULL;
+  aipc_py_allocation *a = aipc_py_allocation_create(st, AIPC_PY_OWNED, c.ptr, c.size, c.device, NULL);
   if (a == NULL) {
-    Py_BEGIN_ALLOW_THREADS
-    (void)aipc_py_note(p, &f, "aclrtFree", p->free(ptr));
-    Py_END_ALLOW_THREADS
+    aipc_py_failure f = AIPC_PY_FAILURE_INIT; /* the exception set is the one to report */
+    (void)aipc_py_call_released(st->provider, &f, AIPC_PY_NO_DEVICE, free_memory, c.ptr);
   }
   return a;
 }
@@ -466,10 +473,38 @@ static int parse_link(PyObject *obj, int *link) {
   return -1;
 }
 
+typedef struct export_call {
+  void *base;
+  size_t size;
+  uint64_t flags;
+  int32_t *pids; /* the whitelist to set, npids entries (none: leave it) */
+  Py_ssize_t npids;
+  int link;
+  char *key; /* out: char[AIPC_PY_KEY_LEN] */
+} export_call;
+
+/* Exports [base, +size) and sets the whitelist and link; on a failure after
+ * the key was made, ends that export again. */
+static void export_memory(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  export_call *c = arg;
+  if (aipc_py_note(p, f, "aclrtIpcMemGetExportKey",
+                   p->ipc_get_export_key(c->base, c->size, c->key, AIPC_PY_KEY_LEN, c->flags)) != ACL_SUCCESS) {
+    return;
+  }
+  aclError rc = ACL_SUCCESS;
+  if (c->npids > 0) {
+    rc = aipc_py_note(p, f, "aclrtIpcMemSetImportPid", p->ipc_set_import_pid(c->key, c->pids, (size_t)c->npids));
+  }
+  if (rc == ACL_SUCCESS && c->link != AIPC_PY_LINK_NONE) {
+    rc = aipc_py_note(p, f, "aclrtIpcMemSetAttr",
+                      p->ipc_set_attr(c->key, ACL_RT_IPC_MEM_ATTR_ACCESS_LINK, (uint64_t)c->link));
+  }
+  if (rc != ACL_SUCCESS) (void)aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(c->key));
+}
+
 static PyObject *fn_export(PyObject *module, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"array", "pids", "link", "torch_dtype", "keepalive", NULL};
   aipc_py_state *st = aipc_py_state_of_module(module);
-  const aipc_provider *p = st->provider;
   PyObject *array_obj, *pids_obj = Py_None, *link_obj = Py_None, *torch_dtype = Py_None, *result = NULL;
   PyObject *keepalive = Py_None;
   int32_t *pids = NULL;
@@ -505,32 +540,12 @@ static PyObject *fn_export(PyObject *module, PyObject *args, PyObject *kwargs) {
   if (rec != NULL) {
     memcpy(key, rec->key, sizeof key);
   } else {
-    aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-    void *base = alloc->base;
-    size_t size = alloc->size;
+    export_call c = {alloc->base, alloc->size, flags, pids, npids, link, key};
     memset(key, 0, sizeof key);
-    Py_BEGIN_ALLOW_THREADS
-    if (aipc_py_note(p, &f, "aclrtIpcMemGetExportKey", p->ipc_get_export_key(base, size, key, sizeof key, flags)) ==
-        ACL_SUCCESS) {
-      aclError rc = ACL_SUCCESS;
-      if (npids > 0) {
-        rc = aipc_py_note(p, &f, "aclrtIpcMemSetImportPid", p->ipc_set_import_pid(key, pids, (size_t)npids));
-      }
-      if (rc == ACL_SUCCESS && link != AIPC_PY_LINK_NONE) {
-        rc = aipc_py_note(p, &f, "aclrtIpcMemSetAttr",
-                          p->ipc_set_attr(key, ACL_RT_IPC_MEM_ATTR_ACCESS_LINK, (uint64_t)link));
-      }
-      if (rc != ACL_SUCCESS) (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
-    }
-    Py_END_ALLOW_THREADS
-    if (f.code != ACL_SUCCESS) {
-      aipc_py_raise(st, &f);
-      goto done;
-    }
+    if (aipc_py_call(st, AIPC_PY_NO_DEVICE, export_memory, &c) < 0) goto done;
     if (aipc_py_allocation_add_export(alloc, key, flags, link) < 0) {
-      Py_BEGIN_ALLOW_THREADS
-      (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
-      Py_END_ALLOW_THREADS
+      aipc_py_failure f = AIPC_PY_FAILURE_INIT; /* the MemoryError set is the one to report */
+      (void)aipc_py_call_released(st->provider, &f, AIPC_PY_NO_DEVICE, aipc_py_close_key, key);
       goto done;
     }
   }
@@ -545,7 +560,6 @@ done:
 }
 
 /* ---- the method table ------------------------------------------------------ */
-
 
 PyMethodDef aipc_py_module_functions[] = {
     {"provider", fn_provider, METH_NOARGS,

@@ -155,7 +155,7 @@ done:
   return result;
 }
 
-/* ---- process ids (allow() here, export() in functions.c) ------------------ */
+/* ---- shared with export() (functions.c) ------------------------------------ */
 
 int32_t *aipc_py_parse_pids(PyObject *obj, Py_ssize_t *n) {
   if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyLong_Check(obj) || PyDict_Check(obj)) {
@@ -193,6 +193,10 @@ fail:
   return NULL;
 }
 
+void aipc_py_close_key(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *key) {
+  (void)aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(key));
+}
+
 /* ---- methods -------------------------------------------------------------- */
 
 /* This object is the exporter's handle, in the exporting process. */
@@ -214,39 +218,40 @@ static int check_open(aipc_py_handle *h) {
   return 0;
 }
 
+typedef struct import_call {
+  char key[AIPC_PY_KEY_LEN];
+  int32_t mem_device; /* the exporter's device */
+  void *ptr;          /* out: the mapping */
+} import_call;
+
+static void import_by_key(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  import_call *c = arg;
+  /* Memory of another device is reached through peer access. */
+  uint64_t flags =
+      device == c->mem_device ? ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT : ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS;
+  (void)aipc_py_note(p, f, "aclrtIpcMemImportByKey", p->ipc_import_by_key(&c->ptr, c->key, flags));
+}
+
 static PyObject *handle_open(PyObject *op, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"device", NULL};
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
-  const aipc_provider *p = st->provider;
   PyObject *device_obj = Py_None, *result = NULL;
   int32_t device;
-  char key[AIPC_PY_KEY_LEN];
-  void *ptr = NULL;
-  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-  aipc_py_device_scope scope;
+  import_call c;
 
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:open", kwlist, &device_obj)) return NULL;
   if (check_open(SELF) < 0) return NULL;
   if (aipc_py_parse_device(device_obj, &device) < 0) return NULL;
-  memcpy(key, SELF->key, sizeof key);
-  int32_t mem_device = SELF->device;
-
-  Py_BEGIN_ALLOW_THREADS
-  if (aipc_py_device_enter(p, &f, device, &scope) == ACL_SUCCESS) {
-    uint64_t flags = scope.device == mem_device ? ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT
-                                                : ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS;
-    (void)aipc_py_note(p, &f, "aclrtIpcMemImportByKey", p->ipc_import_by_key(&ptr, key, flags));
-    aipc_py_device_leave(p, &scope);
-  }
-  Py_END_ALLOW_THREADS
-  if (f.code != ACL_SUCCESS) return aipc_py_raise(st, &f);
+  memcpy(c.key, SELF->key, sizeof c.key);
+  c.mem_device = SELF->device;
+  c.ptr = NULL;
+  if (aipc_py_call(st, device, import_by_key, &c) < 0) return NULL;
 
   aipc_py_allocation *alloc =
-      aipc_py_allocation_create(st, AIPC_PY_IMPORTED, ptr, (size_t)SELF->size, mem_device, key);
+      aipc_py_allocation_create(st, AIPC_PY_IMPORTED, c.ptr, (size_t)SELF->size, c.mem_device, c.key);
   if (alloc == NULL) {
-    Py_BEGIN_ALLOW_THREADS
-    (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
-    Py_END_ALLOW_THREADS
+    aipc_py_failure f = AIPC_PY_FAILURE_INIT; /* the exception set is the one to report */
+    (void)aipc_py_call_released(st->provider, &f, AIPC_PY_NO_DEVICE, aipc_py_close_key, c.key);
     return NULL;
   }
   result = aipc_py_array_new(st, alloc, NULL, SELF->dtype, SELF->ndim, SELF->shape, SELF->strides, SELF->offset);
@@ -275,19 +280,14 @@ static PyObject *handle_open_torch(PyObject *op, PyObject *args, PyObject *kwarg
 
 static PyObject *handle_close(PyObject *op, PyObject *unused) {
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
-  const aipc_provider *p = st->provider;
   if (SELF->closed) Py_RETURN_NONE;
   if (is_exporter(SELF) && aipc_py_allocation_export_by_key(SELF->alloc, SELF->key) != NULL) {
-    aipc_py_failure f = AIPC_PY_FAILURE_INIT;
     char key[AIPC_PY_KEY_LEN];
     memcpy(key, SELF->key, sizeof key);
     aipc_py_allocation *alloc = (aipc_py_allocation *)Py_NewRef((PyObject *)SELF->alloc);
-    Py_BEGIN_ALLOW_THREADS
-    (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
-    Py_END_ALLOW_THREADS
-    if (f.code != ACL_SUCCESS) {
+    if (aipc_py_call(st, AIPC_PY_NO_DEVICE, aipc_py_close_key, key) < 0) {
       Py_DECREF(alloc);
-      return aipc_py_raise(st, &f); /* still exported: fix the order and retry */
+      return NULL; /* still exported: fix the order and retry */
     }
     aipc_py_allocation_remove_export(alloc, key);
     Py_DECREF(alloc);
@@ -298,14 +298,29 @@ static PyObject *handle_close(PyObject *op, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+typedef struct allow_call {
+  char key[AIPC_PY_KEY_LEN];
+  int32_t *pids;
+  Py_ssize_t npids;
+  int inter_server; /* sdid given: aclrtIpcMemImportPidInterServer */
+  uint32_t sdid;
+} allow_call;
+
+static void allow_pids(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  allow_call *c = arg;
+  if (!c->inter_server) {
+    (void)aipc_py_note(p, f, "aclrtIpcMemSetImportPid", p->ipc_set_import_pid(c->key, c->pids, (size_t)c->npids));
+  } else {
+    aclrtServerPid entry = {c->sdid, c->pids, (size_t)c->npids};
+    (void)aipc_py_note(p, f, "aclrtIpcMemImportPidInterServer", p->ipc_import_pid_inter_server(c->key, &entry, 1));
+  }
+}
+
 static PyObject *handle_allow(PyObject *op, PyObject *args, PyObject *kwargs) {
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
-  const aipc_provider *p = st->provider;
   PyObject *sdid_obj = Py_None;
   Py_ssize_t npids = 0;
   int32_t *pids = NULL;
-  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-  char key[AIPC_PY_KEY_LEN];
 
   if (kwargs != NULL) {
     Py_ssize_t pos = 0;
@@ -339,17 +354,11 @@ static PyObject *handle_allow(PyObject *op, PyObject *args, PyObject *kwargs) {
   if (check_open(SELF) < 0) return NULL;
   pids = aipc_py_parse_pids(args, &npids);
   if (pids == NULL) return NULL;
-  memcpy(key, SELF->key, sizeof key);
-  Py_BEGIN_ALLOW_THREADS
-  if (sdid_obj == Py_None) {
-    (void)aipc_py_note(p, &f, "aclrtIpcMemSetImportPid", p->ipc_set_import_pid(key, pids, (size_t)npids));
-  } else {
-    aclrtServerPid entry = {(uint32_t)sdid, pids, (size_t)npids};
-    (void)aipc_py_note(p, &f, "aclrtIpcMemImportPidInterServer", p->ipc_import_pid_inter_server(key, &entry, 1));
-  }
-  Py_END_ALLOW_THREADS
+  allow_call c = {.pids = pids, .npids = npids, .inter_server = sdid_obj != Py_None, .sdid = (uint32_t)sdid};
+  memcpy(c.key, SELF->key, sizeof c.key);
+  int rc = aipc_py_call(st, AIPC_PY_NO_DEVICE, allow_pids, &c);
   PyMem_Free(pids);
-  if (f.code != ACL_SUCCESS) return aipc_py_raise(st, &f);
+  if (rc < 0) return NULL;
   Py_RETURN_NONE;
 }
 

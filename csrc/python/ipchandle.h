@@ -55,4 +55,8 @@ int aipc_py_check_torch_dtype(PyObject *obj);
  * with TypeError/OverflowError. The caller frees it with PyMem_Free. */
 int32_t *aipc_py_parse_pids(PyObject *obj, Py_ssize_t *n);
 
+/* An aipc_py_released_fn: ends the export or import of key (a
+ * char[AIPC_PY_KEY_LEN]) with aclrtIpcMemClose. */
+void aipc_py_close_key(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *key);
+
 #endif
