@@ -532,26 +532,34 @@ static PyGetSetDef array_getset[] = {
     {NULL},
 };
 
+/* Each docstring starts with a text signature ("name($self, ...)\n--\n\n"). */
 static PyMethodDef array_methods[] = {
     {"numpy", array_numpy, METH_NOARGS,
-     "numpy() -> numpy.ndarray\n\nA C-contiguous host copy (device-to-host aclrtMemcpy)."},
+     "numpy($self, /)\n--\n\nA C-contiguous host copy, a numpy.ndarray (device-to-host aclrtMemcpy)."},
     {"copy_from", array_copy_from, METH_O,
-     "copy_from(src)\n\nCopies host data into this C-contiguous view (host-to-device aclrtMemcpy).\n"
+     "copy_from($self, src, /)\n--\n\n"
+     "Copies host data into this C-contiguous view (host-to-device aclrtMemcpy).\n"
      "src: anything numpy.asarray() takes, broadcast to this shape and cast with\n"
      "same_kind casting. On the cann provider this is how the CPU writes NPU memory."},
     {"close", array_close, METH_NOARGS,
-     "close()\n\nDrops this array's claim on its memory; the memory is given back once nothing\n"
+     "close($self, /)\n--\n\n"
+     "Drops this array's claim on its memory; the memory is given back once nothing\n"
      "else (views, handles, DLPack consumers) uses it. Closing twice is harmless."},
-    {"is_contiguous", array_is_contiguous, METH_NOARGS, "is_contiguous() -> bool (C order)"},
+    {"is_contiguous", array_is_contiguous, METH_NOARGS,
+     "is_contiguous($self, /)\n--\n\nTrue if the view is C-contiguous."},
     {"__array__", (PyCFunction)(void (*)(void))array_array, METH_VARARGS | METH_KEYWORDS,
-     "__array__(dtype=None, copy=None) -> numpy.ndarray\n\nA host copy, as numpy() (numpy.asarray(a))."},
-    {"__enter__", array_enter, METH_NOARGS, NULL},
-    {"__exit__", array_exit, METH_VARARGS, NULL},
-    {"__reduce__", array_reduce, METH_NOARGS, NULL},
+     "__array__($self, /, dtype=None, copy=None)\n--\n\n"
+     "A host copy, a numpy.ndarray, as numpy() (numpy.asarray(a))."},
+    {"__enter__", array_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nThe array itself (it must be open)."},
+    {"__exit__", array_exit, METH_VARARGS, "__exit__($self, /, *exc_info)\n--\n\nCloses the array."},
+    {"__reduce__", array_reduce, METH_NOARGS,
+     "__reduce__($self, /)\n--\n\nRaises TypeError: a DeviceArray is sent by exporting it, not by pickling."},
     {"__dlpack__", (PyCFunction)(void (*)(void))aipc_py_array_dlpack, METH_VARARGS | METH_KEYWORDS,
-     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) -> PyCapsule"},
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A PyCapsule that shares the memory (DLPack): dltensor_versioned when\n"
+     "max_version >= (1, 0), else dltensor."},
     {"__dlpack_device__", aipc_py_array_dlpack_device, METH_NOARGS,
-     "__dlpack_device__() -> (device_type, device_id)"},
+     "__dlpack_device__($self, /)\n--\n\nThe memory's DLPack device: (device_type, device_id)."},
     {NULL},
 };
 

@@ -561,42 +561,51 @@ done:
 
 /* ---- the method table ------------------------------------------------------ */
 
+/* Each docstring starts with a text signature ("name($module, ...)\n--\n\n"),
+ * which inspect.signature() and help() read. */
 PyMethodDef aipc_py_module_functions[] = {
     {"provider", fn_provider, METH_NOARGS,
-     "provider() -> str\n\nName of the runtime in use: 'emulated' or 'cann'."},
+     "provider($module, /)\n--\n\nName of the runtime in use: 'emulated' or 'cann'."},
     {"provider_info", fn_provider_info, METH_NOARGS,
-     "provider_info() -> dict\n\nThe runtime in use: name, library (path of libascendcl, None for the\n"
+     "provider_info($module, /)\n--\n\n"
+     "The runtime in use, as a dict: name, library (path of libascendcl, None for the\n"
      "emulator), version (as the library reports it), version_source, dlpack_device_type\n"
      "(1 kDLCPU or 12 kDLExtDev), host_visible, unsupported ({call: CANN version that\n"
      "has it} for calls the loaded library lacks) and selection (why this provider)."},
-    {"device_count", fn_device_count, METH_NOARGS, "device_count() -> int (aclrtGetDeviceCount)"},
+    {"device_count", fn_device_count, METH_NOARGS,
+     "device_count($module, /)\n--\n\nThe number of devices, an int (aclrtGetDeviceCount)."},
     {"set_device", fn_set_device, METH_O,
-     "set_device(device)\n\nMakes device the calling thread's current device (aclrtSetDevice)."},
+     "set_device($module, device, /)\n--\n\nMakes device the calling thread's current device (aclrtSetDevice)."},
     {"current_device", fn_current_device, METH_NOARGS,
-     "current_device() -> int\n\nThe calling thread's current device (aclrtGetDevice)."},
+     "current_device($module, /)\n--\n\nThe calling thread's current device, an int (aclrtGetDevice)."},
     {"bare_tgid", fn_bare_tgid, METH_NOARGS,
-     "bare_tgid() -> int\n\nThis process's id as exporters must whitelist it (aclrtDeviceGetBareTgid)."},
+     "bare_tgid($module, /)\n--\n\n"
+     "This process's id as exporters must whitelist it, an int (aclrtDeviceGetBareTgid)."},
     {"mem_info", (PyCFunction)(void (*)(void))fn_mem_info, METH_VARARGS | METH_KEYWORDS,
-     "mem_info(device=None) -> (free, total)\n\nBytes of device memory (aclrtGetMemInfo); None: the current device."},
+     "mem_info($module, /, device=None)\n--\n\n"
+     "(free, total) bytes of device memory (aclrtGetMemInfo); None: the current device."},
     {"empty", (PyCFunction)(void (*)(void))fn_empty, METH_VARARGS | METH_KEYWORDS,
-     "empty(shape, dtype='float32', device=None) -> DeviceArray\n\n"
-     "Allocates device memory (aclrtMalloc, page-rounded, at least one page).\n"
-     "device=None: the current device. The contents are unspecified."},
+     "empty($module, /, shape, dtype='float32', device=None)\n--\n\n"
+     "A new DeviceArray: allocates device memory (aclrtMalloc, page-rounded, at least\n"
+     "one page). device=None: the current device. The contents are unspecified."},
     {"zeros", (PyCFunction)(void (*)(void))fn_zeros, METH_VARARGS | METH_KEYWORDS,
-     "zeros(shape, dtype='float32', device=None) -> DeviceArray\n\nLike empty(), filled with zero bytes (aclrtMemset)."},
+     "zeros($module, /, shape, dtype='float32', device=None)\n--\n\n"
+     "A new DeviceArray like empty(), filled with zero bytes (aclrtMemset)."},
     {"from_numpy", (PyCFunction)(void (*)(void))fn_from_numpy, METH_VARARGS | METH_KEYWORDS,
-     "from_numpy(array, device=None) -> DeviceArray\n\n"
-     "A C-contiguous device copy of a numpy array (host-to-device aclrtMemcpy)."},
+     "from_numpy($module, /, array, device=None)\n--\n\n"
+     "A DeviceArray holding a C-contiguous device copy of a numpy array (host-to-device\n"
+     "aclrtMemcpy)."},
     {"export", (PyCFunction)(void (*)(void))fn_export, METH_VARARGS | METH_KEYWORDS,
-     "export(array, pids=None, link=None, *, torch_dtype=None, keepalive=None) -> IpcHandle\n\n"
-     "Exports the allocation behind array for IPC (aclrtIpcMemGetExportKey).\n"
+     "export($module, /, array, pids=None, link=None, *, torch_dtype=None, keepalive=None)\n--\n\n"
+     "Exports the allocation behind array for IPC (aclrtIpcMemGetExportKey) and\n"
+     "returns an IpcHandle.\n"
      "pids=None: any process of this user may import (DISABLE_PID_VALIDATION);\n"
      "a sequence: only those processes (aclrtIpcMemSetImportPid; [] = nobody yet).\n"
      "link: None, 'sio', 'hccs', 'ub_one_port', 'ub_multi_port' (ACCESS_LINK).\n"
      "keepalive: an object the returned handle keeps alive until it is closed or\n"
      "collected (e.g. the owner of wrap()ped memory)."},
     {"wrap", (PyCFunction)(void (*)(void))fn_wrap, METH_VARARGS | METH_KEYWORDS,
-     "wrap(address, size, device=None) -> DeviceArray\n\n"
+     "wrap($module, /, address, size, device=None)\n--\n\n"
      "A uint8 DeviceArray over device memory this process got elsewhere (another\n"
      "library's aclrtMalloc, torch_npu's allocator), so it can be exported. address\n"
      "and size must be page-aligned and lie in one allocation of the runtime; the\n"
@@ -604,12 +613,15 @@ PyMethodDef aipc_py_module_functions[] = {
      "its handles (see export(keepalive=...)). Wrapping the same range twice\n"
      "shares one record (and one pids=None export)."},
     {"_subview", (PyCFunction)(void (*)(void))fn_subview, METH_VARARGS | METH_KEYWORDS,
-     "_subview(array, offset, shape, strides, dtype) -> DeviceArray\n\n"
-     "Another view of array's allocation, offset bytes from its base (internal)."},
+     "_subview($module, /, array, offset, shape, strides, dtype)\n--\n\n"
+     "Another DeviceArray view of array's allocation, offset bytes from its base (internal)."},
     {"_view_at", (PyCFunction)(void (*)(void))fn_view_at, METH_VARARGS | METH_KEYWORDS,
-     "_view_at(address, shape, strides, dtype) -> DeviceArray | None\n\n"
-     "The live device memory of this process holding that view (internal)."},
+     "_view_at($module, /, address, shape, strides, dtype)\n--\n\n"
+     "The DeviceArray over the live device memory of this process that holds that\n"
+     "view, or None (internal)."},
     {"_live_allocations", fn_live_allocations, METH_NOARGS,
-     "_live_allocations() -> list of (base, size, device, kind) (internal, for tests)."},
+     "_live_allocations($module, /)\n--\n\n"
+     "The live allocations of this process: a list of (base, size, device, kind)\n"
+     "(internal, for tests)."},
     {NULL},
 };

@@ -467,22 +467,28 @@ static PyGetSetDef handle_getset[] = {
     {NULL},
 };
 
+/* Each docstring starts with a text signature ("name($self, ...)\n--\n\n"). */
 static PyMethodDef handle_methods[] = {
     {"open", (PyCFunction)(void (*)(void))handle_open, METH_VARARGS | METH_KEYWORDS,
-     "open(device=None) -> DeviceArray\n\nImports the memory (aclrtIpcMemImportByKey) and returns the\n"
-     "view as a DeviceArray over the same bytes. Each result's close() ends\n"
-     "that import (aclrtIpcMemClose)."},
+     "open($self, /, device=None)\n--\n\n"
+     "Imports the memory (aclrtIpcMemImportByKey) and returns the view as a\n"
+     "DeviceArray over the same bytes. Each result's close() ends that import\n"
+     "(aclrtIpcMemClose)."},
     {"open_torch", (PyCFunction)(void (*)(void))handle_open_torch, METH_VARARGS | METH_KEYWORDS,
-     "open_torch(device=None) -> torch.Tensor\n\nLike open(), as a zero-copy torch tensor (needs torch)."},
+     "open_torch($self, /, device=None)\n--\n\n"
+     "Like open(), as a zero-copy torch.Tensor (needs torch)."},
     {"close", handle_close, METH_NOARGS,
-     "close()\n\nThe exporter's handle: ends the export (aclrtIpcMemClose). Any other\n"
+     "close($self, /)\n--\n\n"
+     "The exporter's handle: ends the export (aclrtIpcMemClose). Any other\n"
      "handle: only marks it closed. Imports already open stay valid."},
     {"allow", (PyCFunction)(void (*)(void))handle_allow, METH_VARARGS | METH_KEYWORDS,
-     "allow(*pids, sdid=None)\n\nAdds processes to the export's whitelist (aclrtIpcMemSetImportPid;\n"
+     "allow($self, /, *pids, sdid=None)\n--\n\n"
+     "Adds processes to the export's whitelist (aclrtIpcMemSetImportPid;\n"
      "with sdid, aclrtIpcMemImportPidInterServer). Only the exporter may."},
-    {"__reduce__", handle_reduce, METH_NOARGS, NULL},
-    {"__enter__", handle_enter, METH_NOARGS, NULL},
-    {"__exit__", handle_exit, METH_VARARGS, NULL},
+    {"__reduce__", handle_reduce, METH_NOARGS,
+     "__reduce__($self, /)\n--\n\nPlain values to rebuild the handle from; unpickling imports nothing."},
+    {"__enter__", handle_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nThe handle itself."},
+    {"__exit__", handle_exit, METH_VARARGS, "__exit__($self, /, *exc_info)\n--\n\nCloses the handle."},
     {NULL},
 };
 
@@ -512,10 +518,10 @@ static void handle_dealloc(PyObject *op) {
   Py_DECREF(tp);
 }
 
+/* Starts with the constructor's text signature, for inspect.signature(IpcHandle). */
 static const char handle_doc[] =
-    "IpcHandle(key, size, dtype='uint8', shape=None, strides=None, offset=0, device=0, pid=0,\n"
-    "          torch_dtype=None)\n"
-    "\n"
+    "IpcHandle(key, size, dtype='uint8', shape=None, strides=None, offset=0, device=0, pid=0, "
+    "torch_dtype=None)\n--\n\n"
     "An IPC key and the view of the exported memory it describes. export() returns\n"
     "one; pickling sends one (only plain values: unpickling never imports). open()\n"
     "imports the memory in any process. Constructing one from a key lets Python open\n"
