@@ -198,6 +198,31 @@ int aipc_py_allocation_check(aipc_py_allocation *a, const char *what) {
   return 0;
 }
 
+typedef struct release_call {
+  char (*keys)[AIPC_PY_KEY_LEN]; /* the exports to close, n of them */
+  size_t n;
+  int kind;
+  void *base;
+  char import_key[AIPC_PY_KEY_LEN];
+  size_t closed; /* out: how many exports closed */
+  aclError rc;   /* out: the first failure, or ACL_SUCCESS */
+} release_call;
+
+/* Closes the exports in order, stopping at the first refusal; then, if all
+ * closed, gives the memory itself back. */
+static void close_and_free(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  release_call *c = arg;
+  for (; c->closed < c->n; c->closed++) {
+    c->rc = aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(c->keys[c->closed]));
+    if (c->rc != ACL_SUCCESS) return;
+  }
+  if (c->kind == AIPC_PY_OWNED) {
+    c->rc = aipc_py_note(p, f, "aclrtFree", p->free(c->base));
+  } else if (c->kind == AIPC_PY_IMPORTED) {
+    c->rc = aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(c->import_key));
+  } /* BORROWED: the memory is its owner's to free */
+}
+
 int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py_failure *f) {
   if (a->released) return 0;
   registry_remove(&st->registry, a);
@@ -207,50 +232,32 @@ int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py
     return 0;
   }
 
-  const aipc_provider *p = st->provider;
   size_t n = a->nexports;
-  size_t closed = 0;
-  aclError rc = ACL_SUCCESS;
-  void *base = a->base;
-  int kind = a->kind;
-  char import_key[AIPC_PY_KEY_LEN];
-  memcpy(import_key, a->import_key, sizeof import_key);
+  release_call c = {.keys = NULL, .n = n, .kind = a->kind, .base = a->base, .closed = 0, .rc = ACL_SUCCESS};
+  memcpy(c.import_key, a->import_key, sizeof c.import_key);
   /* The keys to close, in memory of this call's own. */
-  char(*keys)[AIPC_PY_KEY_LEN] = NULL;
   if (n > 0) {
-    keys = PyMem_RawMalloc(n * sizeof *keys);
-    if (keys == NULL) {
+    c.keys = PyMem_RawMalloc(n * sizeof *c.keys);
+    if (c.keys == NULL) {
       snprintf(f->message, sizeof f->message, "out of memory releasing device memory");
       f->code = ACL_ERROR_BAD_ALLOC;
       f->call = "aclrtIpcMemClose";
       if (registry_add(&st->registry, a) < 0) PyErr_Clear();
       return -1;
     }
-    for (size_t i = 0; i < n; i++) memcpy(keys[i], a->exports[i].key, AIPC_PY_KEY_LEN);
+    for (size_t i = 0; i < n; i++) memcpy(c.keys[i], a->exports[i].key, AIPC_PY_KEY_LEN);
   }
 
   /* Nobody else can reach `a` while the GIL is released: it is being
    * deallocated, or closed by the last object that held it, and it is out of
    * the registry. */
-  Py_BEGIN_ALLOW_THREADS
-  for (; closed < n; closed++) {
-    rc = aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(keys[closed]));
-    if (rc != ACL_SUCCESS) break;
-  }
-  if (rc == ACL_SUCCESS) {
-    if (kind == AIPC_PY_OWNED) {
-      rc = aipc_py_note(p, f, "aclrtFree", p->free(base));
-    } else if (kind == AIPC_PY_IMPORTED) {
-      rc = aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(import_key));
-    } /* BORROWED: the memory is its owner's to free */
-  }
-  Py_END_ALLOW_THREADS
+  (void)aipc_py_call_released(st->provider, f, AIPC_PY_NO_DEVICE, close_and_free, &c);
 
-  PyMem_RawFree(keys);
+  PyMem_RawFree(c.keys);
   /* Exports that did close are gone either way. */
-  if (closed > 0) memmove(a->exports, a->exports + closed, (n - closed) * sizeof *a->exports);
-  a->nexports = n - closed;
-  if (rc != ACL_SUCCESS) {
+  if (c.closed > 0) memmove(a->exports, a->exports + c.closed, (n - c.closed) * sizeof *a->exports);
+  a->nexports = n - c.closed;
+  if (c.rc != ACL_SUCCESS) {
     if (registry_add(&st->registry, a) < 0) PyErr_Clear(); /* lookups only miss it */
     return -1;
   }

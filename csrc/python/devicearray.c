@@ -3,8 +3,6 @@
 
 #include <string.h>
 
-#include "dtype.h"
-
 _Static_assert(sizeof(npy_intp) == sizeof(Py_ssize_t), "npy_intp and Py_ssize_t differ");
 
 /* ---- shape arithmetic ----------------------------------------------------- */
@@ -221,308 +219,24 @@ aipc_py_allocation *aipc_py_array_checked(aipc_py_array *self) {
   return self->alloc;
 }
 
-static size_t page_round(Py_ssize_t nbytes) {
-  size_t n = nbytes > 0 ? (size_t)nbytes : 1;
-  return (n + AIPC_PY_PAGE - 1) & ~(AIPC_PY_PAGE - 1);
-}
-
-/*
- * Allocates device memory for nbytes on device (-1: current), optionally
- * fills it from host (count bytes) or with zeros, and wraps it. A new
- * reference to the allocation, or NULL with an exception.
- */
-static aipc_py_allocation *allocate(aipc_py_state *st, int32_t device, Py_ssize_t nbytes,
-                                    const void *host, int zero) {
-  const aipc_provider *p = st->provider;
-  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-  aipc_py_device_scope scope;
-  size_t size = page_round(nbytes);
-  void *ptr = NULL;
-
-  Py_BEGIN_ALLOW_THREADS
-  if (aipc_py_device_enter(p, &f, device, &scope) == ACL_SUCCESS) {
-    if (aipc_py_note(p, &f, "aclrtMalloc", p->malloc(&ptr, size, ACL_MEM_MALLOC_HUGE_FIRST)) ==
-        ACL_SUCCESS) {
-      aclError rc = ACL_SUCCESS;
-      if (host != NULL && nbytes > 0) {
-        rc = aipc_py_note(p, &f, "aclrtMemcpy",
-                          p->memcpy(ptr, size, host, (size_t)nbytes, ACL_MEMCPY_HOST_TO_DEVICE));
-      } else if (zero) {
-        rc = aipc_py_note(p, &f, "aclrtMemset", p->memset(ptr, size, 0, size));
-      }
-      if (rc != ACL_SUCCESS) {
-        (void)aipc_py_note(p, &f, "aclrtFree", p->free(ptr));
-        ptr = NULL;
-      }
-    }
-    aipc_py_device_leave(p, &scope);
-  }
-  Py_END_ALLOW_THREADS
-
-  if (f.code != ACL_SUCCESS) return (aipc_py_allocation *)aipc_py_raise(st, &f);
-  aipc_py_allocation *a = aipc_py_allocation_create(st, AIPC_PY_OWNED, ptr, size, scope.device, NULL);
-  if (a == NULL) {
-    Py_BEGIN_ALLOW_THREADS
-    (void)aipc_py_note(p, &f, "aclrtFree", p->free(ptr));
-    Py_END_ALLOW_THREADS
-  }
-  return a;
-}
-
-/* empty() and zeros() */
-static PyObject *make_array(PyObject *module, PyObject *args, PyObject *kwargs, const char *fmt,
-                            int zero) {
-  static char *kwlist[] = {"shape", "dtype", "device", NULL};
-  aipc_py_state *st = aipc_py_state_of_module(module);
-  PyObject *shape_obj, *dtype_obj = NULL, *device_obj = Py_None, *result = NULL;
-  PyArray_Descr *dtype = NULL;
-  aipc_py_allocation *alloc = NULL;
-  Py_ssize_t shape[AIPC_PY_MAX_NDIM], strides[AIPC_PY_MAX_NDIM], count;
-  int ndim;
-  int32_t device;
-
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, fmt, kwlist, &shape_obj, &dtype_obj, &device_obj)) {
-    return NULL;
-  }
-  if (aipc_py_parse_shape(shape_obj, "shape", &ndim, shape) < 0) goto done;
-  if (dtype_obj == NULL) {
-    dtype = PyArray_DescrFromType(NPY_FLOAT);
-  } else {
-    dtype = aipc_py_dtype_converter(dtype_obj);
-  }
-  if (dtype == NULL) goto done;
-  if (aipc_py_parse_device(device_obj, &device) < 0) goto done;
-  if (aipc_py_c_strides(ndim, shape, PyDataType_ELSIZE(dtype), strides, &count) < 0) goto done;
-  alloc = allocate(st, device, count * PyDataType_ELSIZE(dtype), NULL, zero);
-  if (alloc == NULL) goto done;
-  result = aipc_py_array_new(st, alloc, NULL, dtype, ndim, shape, strides, 0);
-done:
-  Py_XDECREF(alloc);
-  Py_XDECREF(dtype);
-  return result;
-}
-
-PyObject *aipc_py_empty(PyObject *module, PyObject *args, PyObject *kwargs) {
-  return make_array(module, args, kwargs, "O|OO:empty", 0);
-}
-
-PyObject *aipc_py_zeros(PyObject *module, PyObject *args, PyObject *kwargs) {
-  return make_array(module, args, kwargs, "O|OO:zeros", 1);
-}
-
-PyObject *aipc_py_from_numpy(PyObject *module, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"array", "device", NULL};
-  aipc_py_state *st = aipc_py_state_of_module(module);
-  PyObject *obj, *device_obj = Py_None, *result = NULL;
-  PyArrayObject *src = NULL;
-  aipc_py_allocation *alloc = NULL;
-  Py_ssize_t strides[AIPC_PY_MAX_NDIM], count;
-  int32_t device;
-
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:from_numpy", kwlist, &obj, &device_obj)) return NULL;
-  if (!PyArray_Check(obj)) {
-    PyErr_Format(PyExc_TypeError, "from_numpy() needs a numpy.ndarray, not %.100s", Py_TYPE(obj)->tp_name);
-    return NULL;
-  }
-  PyArray_Descr *descr = PyArray_DESCR((PyArrayObject *)obj);
-  if (!aipc_py_dtype_supported(descr)) {
-    /* Reuse the converter's message. */
-    PyArray_Descr *d = aipc_py_dtype_converter((PyObject *)descr);
-    Py_XDECREF(d);
-    return NULL;
-  }
-  if (aipc_py_parse_device(device_obj, &device) < 0) return NULL;
-  if (PyArray_NDIM((PyArrayObject *)obj) > AIPC_PY_MAX_NDIM) {
-    PyErr_Format(PyExc_ValueError, "at most %d dimensions are supported", AIPC_PY_MAX_NDIM);
-    return NULL;
-  }
-  /* A C-contiguous, aligned copy in native byte order (no copy if it is one). */
-  PyArray_Descr *native = PyArray_DescrNewByteorder(descr, NPY_NATIVE);
-  if (native == NULL) return NULL;
-  src = (PyArrayObject *)PyArray_FromArray((PyArrayObject *)obj, native,
-                                           NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED);
-  if (src == NULL) return NULL;
-  int ndim = PyArray_NDIM(src);
-  const Py_ssize_t *shape = (const Py_ssize_t *)PyArray_DIMS(src);
-  if (aipc_py_c_strides(ndim, shape, PyArray_ITEMSIZE(src), strides, &count) < 0) goto done;
-  alloc = allocate(st, device, PyArray_NBYTES(src), PyArray_DATA(src), 0);
-  if (alloc == NULL) goto done;
-  result = aipc_py_array_new(st, alloc, NULL, PyArray_DESCR(src), ndim, shape, strides, 0);
-done:
-  Py_XDECREF(alloc);
-  Py_XDECREF(src);
-  return result;
-}
-
-/* _view_at(address, shape, strides, dtype): the DeviceArray of this process's
- * device memory viewing those bytes, or None. ascend_ipc.torch uses it to find
- * the memory behind a tensor. */
-PyObject *aipc_py_view_at(PyObject *module, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"address", "shape", "strides", "dtype", NULL};
-  aipc_py_state *st = aipc_py_state_of_module(module);
-  PyObject *addr_obj, *shape_obj, *strides_obj, *dtype_obj, *result = NULL;
-  PyArray_Descr *dtype = NULL;
-  Py_ssize_t shape[AIPC_PY_MAX_NDIM], strides[AIPC_PY_MAX_NDIM], lo, hi;
-  int ndim;
-
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:_view_at", kwlist, &addr_obj, &shape_obj,
-                                   &strides_obj, &dtype_obj)) {
-    return NULL;
-  }
-  if (!PyLong_Check(addr_obj)) {
-    PyErr_Format(PyExc_TypeError, "address must be an int, not %.100s", Py_TYPE(addr_obj)->tp_name);
-    return NULL;
-  }
-  uintptr_t addr = (uintptr_t)PyLong_AsUnsignedLongLong(addr_obj);
-  if (PyErr_Occurred()) return NULL;
-  if (aipc_py_parse_shape(shape_obj, "shape", &ndim, shape) < 0) return NULL;
-  if (aipc_py_parse_strides(strides_obj, ndim, strides) < 0) return NULL;
-  dtype = aipc_py_dtype_converter(dtype_obj);
-  if (dtype == NULL) return NULL;
-  if (aipc_py_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype), &lo, &hi) < 0) goto done;
-  if ((lo < 0 && (uintptr_t)(-lo) > addr) || (hi > 0 && (uintptr_t)hi > UINTPTR_MAX - addr)) {
-    PyErr_SetString(PyExc_ValueError, "the view wraps around the address space");
-    goto done;
-  }
-  aipc_py_allocation *alloc = aipc_py_registry_find(&st->registry, addr + lo, addr + hi);
-  if (alloc == NULL) {
-    result = Py_NewRef(Py_None);
-    goto done;
-  }
-  result = aipc_py_array_new(st, alloc, NULL, dtype, ndim, shape, strides,
-                             (Py_ssize_t)(addr - (uintptr_t)alloc->base));
-done:
-  Py_XDECREF(dtype);
-  return result;
-}
-
-/* wrap(address, size, device=None): a uint8 DeviceArray over device memory
- * this process got from elsewhere. The memory is never freed here. */
-PyObject *aipc_py_wrap(PyObject *module, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"address", "size", "device", NULL};
-  aipc_py_state *st = aipc_py_state_of_module(module);
-  const aipc_provider *p = st->provider;
-  PyObject *addr_obj, *device_obj = Py_None, *result = NULL;
-  Py_ssize_t size;
-  int32_t device;
-
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On|O:wrap", kwlist, &addr_obj, &size, &device_obj)) return NULL;
-  if (!PyLong_Check(addr_obj) || PyBool_Check(addr_obj)) {
-    PyErr_Format(PyExc_TypeError, "address must be an int, not %.100s", Py_TYPE(addr_obj)->tp_name);
-    return NULL;
-  }
-  unsigned long long addr_ull = PyLong_AsUnsignedLongLong(addr_obj);
-  if (PyErr_Occurred()) return NULL;
-  uintptr_t addr = (uintptr_t)addr_ull;
-  if (addr == 0) {
-    PyErr_SetString(PyExc_ValueError, "wrap(): address is NULL");
-    return NULL;
-  }
-  if (size <= 0) {
-    PyErr_Format(PyExc_ValueError, "wrap(): size must be positive, not %zd", size);
-    return NULL;
-  }
-  if (addr % AIPC_PY_PAGE != 0 || (size_t)size % AIPC_PY_PAGE != 0) {
-    PyErr_Format(PyExc_ValueError,
-                 "wrap(): address (%p) and size (%zd) must be multiples of the page size %zd: CANN "
-                 "exports only page-aligned ranges",
-                 (void *)addr, size, (Py_ssize_t)AIPC_PY_PAGE);
-    return NULL;
-  }
-  if ((uintptr_t)size > UINTPTR_MAX - addr) {
-    PyErr_SetString(PyExc_ValueError, "wrap(): the range wraps around the address space");
-    return NULL;
-  }
-  if (aipc_py_parse_device(device_obj, &device) < 0) return NULL;
-  if (device < 0) {
-    int32_t cur = 0;
-    if (p->get_device(&cur) != ACL_SUCCESS) {
-      (void)p->get_recent_err_msg(); /* no device set yet: device 0, as CANN defaults */
-      cur = 0;
-    }
-    device = cur;
-  }
-  aipc_py_allocation *own = aipc_py_registry_overlap(&st->registry, addr, addr + (uintptr_t)size);
-  if (own != NULL) {
-    PyErr_Format(PyExc_ValueError,
-                 "wrap(): [%p, +%zd bytes) overlaps device memory that ascend_ipc %s here (%p, %zd bytes): "
-                 "use that DeviceArray instead",
-                 (void *)addr, size, own->kind == AIPC_PY_IMPORTED ? "imported" : "allocated", own->base,
-                 (Py_ssize_t)own->size);
-    return NULL;
-  }
-  aipc_py_allocation *alloc = aipc_py_registry_find_borrowed(&st->registry, addr, (size_t)size, device);
-  if (alloc != NULL) {
-    Py_INCREF(alloc);
-  } else {
-    alloc = aipc_py_allocation_create(st, AIPC_PY_BORROWED, (void *)addr, (size_t)size, device, NULL);
-    if (alloc == NULL) return NULL;
-  }
-  PyArray_Descr *u8 = PyArray_DescrFromType(NPY_UBYTE);
-  if (u8 != NULL) {
-    Py_ssize_t stride = 1;
-    result = aipc_py_array_new(st, alloc, NULL, u8, 1, &size, &stride, 0);
-    Py_DECREF(u8);
-  }
-  Py_DECREF(alloc);
-  return result;
-}
-
-/* _subview(array, offset, shape, strides, dtype): another view of the same
- * allocation (offset in bytes from its base). ascend_ipc.torch uses it. */
-PyObject *aipc_py_subview(PyObject *module, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"array", "offset", "shape", "strides", "dtype", NULL};
-  aipc_py_state *st = aipc_py_state_of_module(module);
-  PyObject *array_obj, *shape_obj, *strides_obj, *dtype_obj, *result = NULL;
-  Py_ssize_t offset, shape[AIPC_PY_MAX_NDIM], strides[AIPC_PY_MAX_NDIM];
-  int ndim;
-
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OnOOO:_subview", kwlist, &array_obj, &offset, &shape_obj,
-                                   &strides_obj, &dtype_obj)) {
-    return NULL;
-  }
-  if (Py_TYPE(array_obj) != st->array_type) {
-    PyErr_Format(PyExc_TypeError, "_subview() needs a DeviceArray, not %.100s", Py_TYPE(array_obj)->tp_name);
-    return NULL;
-  }
-  aipc_py_allocation *alloc = aipc_py_array_checked((aipc_py_array *)array_obj);
-  if (alloc == NULL) return NULL;
-  if (aipc_py_parse_shape(shape_obj, "shape", &ndim, shape) < 0) return NULL;
-  if (aipc_py_parse_strides(strides_obj, ndim, strides) < 0) return NULL;
-  PyArray_Descr *dtype = aipc_py_dtype_converter(dtype_obj);
-  if (dtype == NULL) return NULL;
-  result = aipc_py_array_new(st, alloc, array_obj, dtype, ndim, shape, strides, offset);
-  Py_DECREF(dtype);
-  return result;
-}
-
-/* _live_allocations(): [(base, size, device, kind), ...] of this process. */
-PyObject *aipc_py_live_allocations(PyObject *module, PyObject *unused) {
-  aipc_py_state *st = aipc_py_state_of_module(module);
-  PyObject *list = PyList_New(0);
-  if (list == NULL) return NULL;
-  for (size_t i = 0; i < st->registry.count; i++) {
-    aipc_py_allocation *a = st->registry.items[i];
-    if (a->released || aipc_py_allocation_foreign(a)) continue;
-    PyObject *t = Py_BuildValue("(KnIs)", (unsigned long long)(uintptr_t)a->base, (Py_ssize_t)a->size,
-                                (unsigned)a->device, aipc_py_alloc_kind_name(a->kind));
-    if (t == NULL || PyList_Append(list, t) < 0) {
-      Py_XDECREF(t);
-      Py_DECREF(list);
-      return NULL;
-    }
-    Py_DECREF(t);
-  }
-  return list;
-}
-
 /* ---- methods -------------------------------------------------------------- */
 
 #define SELF ((aipc_py_array *)op)
 
+typedef struct memcpy_call {
+  void *dst;
+  const void *src;
+  size_t count;
+  aclrtMemcpyKind kind;
+} memcpy_call;
+
+static void copy_bytes(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  memcpy_call *c = arg;
+  (void)aipc_py_note(p, f, "aclrtMemcpy", p->memcpy(c->dst, c->count, c->src, c->count, c->kind));
+}
+
 static PyObject *array_numpy(PyObject *op, PyObject *unused) {
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
-  const aipc_provider *p = st->provider;
   aipc_py_allocation *alloc = aipc_py_array_checked(SELF);
   if (alloc == NULL) return NULL;
   PyObject *result = NULL, *staged = NULL;
@@ -550,21 +264,11 @@ static PyObject *array_numpy(PyObject *op, PyObject *unused) {
     dst = tmp;
   }
 
-  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-  aipc_py_device_scope scope;
-  int32_t device = alloc->device;
+  memcpy_call c = {dst, src, count, ACL_MEMCPY_DEVICE_TO_HOST};
   Py_INCREF(alloc); /* nothing frees it while the GIL is released */
-  Py_BEGIN_ALLOW_THREADS
-  if (aipc_py_device_enter(p, &f, device, &scope) == ACL_SUCCESS) {
-    (void)aipc_py_note(p, &f, "aclrtMemcpy", p->memcpy(dst, count, src, count, ACL_MEMCPY_DEVICE_TO_HOST));
-    aipc_py_device_leave(p, &scope);
-  }
-  Py_END_ALLOW_THREADS
+  int rc = aipc_py_call(st, alloc->device, copy_bytes, &c);
   Py_DECREF(alloc);
-  if (f.code != ACL_SUCCESS) {
-    aipc_py_raise(st, &f);
-    goto fail;
-  }
+  if (rc < 0) goto fail;
 
   if (!contiguous) {
     Py_INCREF(SELF->dtype);
@@ -586,7 +290,6 @@ fail:
 /* copy_from(src): host -> device copy into this (C-contiguous) view. */
 static PyObject *array_copy_from(PyObject *op, PyObject *src_obj) {
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
-  const aipc_provider *p = st->provider;
   aipc_py_allocation *alloc = aipc_py_array_checked(SELF);
   if (alloc == NULL) return NULL;
   Py_ssize_t itemsize = PyDataType_ELSIZE(SELF->dtype);
@@ -617,22 +320,13 @@ static PyObject *array_copy_from(PyObject *op, PyObject *src_obj) {
     Py_RETURN_NONE;
   }
 
-  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-  aipc_py_device_scope scope;
-  size_t count = (size_t)SELF->nbytes;
-  void *dst = (char *)alloc->base + SELF->offset;
-  const void *from = PyArray_DATA(host);
-  int32_t device = alloc->device;
+  memcpy_call c = {(char *)alloc->base + SELF->offset, PyArray_DATA(host), (size_t)SELF->nbytes,
+                   ACL_MEMCPY_HOST_TO_DEVICE};
   Py_INCREF(alloc); /* nothing frees it while the GIL is released */
-  Py_BEGIN_ALLOW_THREADS
-  if (aipc_py_device_enter(p, &f, device, &scope) == ACL_SUCCESS) {
-    (void)aipc_py_note(p, &f, "aclrtMemcpy", p->memcpy(dst, count, from, count, ACL_MEMCPY_HOST_TO_DEVICE));
-    aipc_py_device_leave(p, &scope);
-  }
-  Py_END_ALLOW_THREADS
+  int rc = aipc_py_call(st, alloc->device, copy_bytes, &c);
   Py_DECREF(alloc);
   Py_DECREF(host);
-  if (f.code != ACL_SUCCESS) return aipc_py_raise(st, &f);
+  if (rc < 0) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -838,26 +532,34 @@ static PyGetSetDef array_getset[] = {
     {NULL},
 };
 
+/* Each docstring starts with a text signature ("name($self, ...)\n--\n\n"). */
 static PyMethodDef array_methods[] = {
     {"numpy", array_numpy, METH_NOARGS,
-     "numpy() -> numpy.ndarray\n\nA C-contiguous host copy (device-to-host aclrtMemcpy)."},
+     "numpy($self, /)\n--\n\nA C-contiguous host copy, a numpy.ndarray (device-to-host aclrtMemcpy)."},
     {"copy_from", array_copy_from, METH_O,
-     "copy_from(src)\n\nCopies host data into this C-contiguous view (host-to-device aclrtMemcpy).\n"
+     "copy_from($self, src, /)\n--\n\n"
+     "Copies host data into this C-contiguous view (host-to-device aclrtMemcpy).\n"
      "src: anything numpy.asarray() takes, broadcast to this shape and cast with\n"
      "same_kind casting. On the cann provider this is how the CPU writes NPU memory."},
     {"close", array_close, METH_NOARGS,
-     "close()\n\nDrops this array's claim on its memory; the memory is given back once nothing\n"
+     "close($self, /)\n--\n\n"
+     "Drops this array's claim on its memory; the memory is given back once nothing\n"
      "else (views, handles, DLPack consumers) uses it. Closing twice is harmless."},
-    {"is_contiguous", array_is_contiguous, METH_NOARGS, "is_contiguous() -> bool (C order)"},
+    {"is_contiguous", array_is_contiguous, METH_NOARGS,
+     "is_contiguous($self, /)\n--\n\nTrue if the view is C-contiguous."},
     {"__array__", (PyCFunction)(void (*)(void))array_array, METH_VARARGS | METH_KEYWORDS,
-     "__array__(dtype=None, copy=None) -> numpy.ndarray\n\nA host copy, as numpy() (numpy.asarray(a))."},
-    {"__enter__", array_enter, METH_NOARGS, NULL},
-    {"__exit__", array_exit, METH_VARARGS, NULL},
-    {"__reduce__", array_reduce, METH_NOARGS, NULL},
+     "__array__($self, /, dtype=None, copy=None)\n--\n\n"
+     "A host copy, a numpy.ndarray, as numpy() (numpy.asarray(a))."},
+    {"__enter__", array_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nThe array itself (it must be open)."},
+    {"__exit__", array_exit, METH_VARARGS, "__exit__($self, /, *exc_info)\n--\n\nCloses the array."},
+    {"__reduce__", array_reduce, METH_NOARGS,
+     "__reduce__($self, /)\n--\n\nRaises TypeError: a DeviceArray is sent by exporting it, not by pickling."},
     {"__dlpack__", (PyCFunction)(void (*)(void))aipc_py_array_dlpack, METH_VARARGS | METH_KEYWORDS,
-     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) -> PyCapsule"},
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A PyCapsule that shares the memory (DLPack): dltensor_versioned when\n"
+     "max_version >= (1, 0), else dltensor."},
     {"__dlpack_device__", aipc_py_array_dlpack_device, METH_NOARGS,
-     "__dlpack_device__() -> (device_type, device_id)"},
+     "__dlpack_device__($self, /)\n--\n\nThe memory's DLPack device: (device_type, device_id)."},
     {NULL},
 };
 

@@ -68,15 +68,6 @@ int aipc_py_c_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize, Py
 /* A tuple of n Py_ssize_t. */
 PyObject *aipc_py_tuple(int n, const Py_ssize_t *v);
 
-/* Module functions (module.c lists them). */
-PyObject *aipc_py_empty(PyObject *module, PyObject *args, PyObject *kwargs);
-PyObject *aipc_py_zeros(PyObject *module, PyObject *args, PyObject *kwargs);
-PyObject *aipc_py_from_numpy(PyObject *module, PyObject *args, PyObject *kwargs);
-PyObject *aipc_py_view_at(PyObject *module, PyObject *args, PyObject *kwargs);
-PyObject *aipc_py_wrap(PyObject *module, PyObject *args, PyObject *kwargs);
-PyObject *aipc_py_subview(PyObject *module, PyObject *args, PyObject *kwargs);
-PyObject *aipc_py_live_allocations(PyObject *module, PyObject *unused);
-
 /* DLPack (dlpack.c). */
 PyObject *aipc_py_array_dlpack(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *aipc_py_array_dlpack_device(PyObject *self, PyObject *unused);

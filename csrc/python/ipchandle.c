@@ -1,4 +1,4 @@
-/* IpcHandle and export(). */
+/* IpcHandle: an IPC key and the view it describes. */
 #include "ipchandle.h"
 
 #include <string.h>
@@ -34,12 +34,10 @@ static int check_key(PyObject *obj, char out[AIPC_PY_KEY_LEN]) {
   return 0;
 }
 
-/* A handle with every field set; takes new references to dtype, torch_dtype
- * and alloc (which may be NULL). Validates the view against size. */
-static PyObject *handle_build(aipc_py_state *st, const char *key, aipc_py_allocation *alloc,
-                              PyArray_Descr *dtype, PyObject *torch_dtype, int ndim,
-                              const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t offset,
-                              Py_ssize_t size, int32_t device, long pid) {
+PyObject *aipc_py_handle_build(aipc_py_state *st, const char *key, aipc_py_allocation *alloc,
+                               PyArray_Descr *dtype, PyObject *torch_dtype, int ndim,
+                               const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t offset,
+                               Py_ssize_t size, int32_t device, long pid) {
   Py_ssize_t itemsize = PyDataType_ELSIZE(dtype), lo, hi, count = 1;
   for (int i = 0; i < ndim; i++) {
     if (__builtin_mul_overflow(count, shape[i], &count)) {
@@ -89,7 +87,7 @@ static PyObject *handle_build(aipc_py_state *st, const char *key, aipc_py_alloca
   return (PyObject *)h;
 }
 
-static int check_torch_dtype(PyObject *obj) {
+int aipc_py_check_torch_dtype(PyObject *obj) {
   if (obj != NULL && obj != Py_None && !PyUnicode_Check(obj)) {
     PyErr_Format(PyExc_TypeError, "torch_dtype must be None or a str such as 'bfloat16', not %.100s",
                  Py_TYPE(obj)->tp_name);
@@ -131,7 +129,7 @@ static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     PyErr_Format(PyExc_ValueError, "device must not be negative, not %d", device);
     return NULL;
   }
-  if (check_torch_dtype(torch_dtype) < 0) return NULL;
+  if (aipc_py_check_torch_dtype(torch_dtype) < 0) return NULL;
   PyArray_Descr *dtype = dtype_obj == NULL ? PyArray_DescrFromType(NPY_UBYTE) : aipc_py_dtype_converter(dtype_obj);
   if (dtype == NULL) return NULL;
   Py_ssize_t itemsize = PyDataType_ELSIZE(dtype);
@@ -150,44 +148,16 @@ static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
   } else if (aipc_py_parse_strides(strides_obj, ndim, strides) < 0) {
     goto done;
   }
-  result = handle_build(st, key, NULL, dtype, torch_dtype == Py_None ? NULL : torch_dtype, ndim, shape,
-                        strides, offset, size, (int32_t)device, pid);
+  result = aipc_py_handle_build(st, key, NULL, dtype, torch_dtype == Py_None ? NULL : torch_dtype, ndim, shape,
+                                strides, offset, size, (int32_t)device, pid);
 done:
   Py_DECREF(dtype);
   return result;
 }
 
-/* ---- export ------------------------------------------------------------- */
+/* ---- shared with export() (functions.c) ------------------------------------ */
 
-static int parse_link(PyObject *obj, int *link) {
-  static const struct {
-    const char *name;
-    int value;
-  } links[] = {
-      {"sio", ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO},
-      {"hccs", ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS},
-      {"ub_one_port", ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_ONE_PORT_PATH},
-      {"ub_multi_port", ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_MULTI_PORT_PATH},
-  };
-  *link = AIPC_PY_LINK_NONE;
-  if (obj == Py_None) return 0;
-  if (!PyUnicode_Check(obj)) {
-    PyErr_Format(PyExc_TypeError, "link must be None or a str, not %.100s", Py_TYPE(obj)->tp_name);
-    return -1;
-  }
-  for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
-    if (PyUnicode_CompareWithASCIIString(obj, links[i].name) == 0) {
-      *link = links[i].value;
-      return 0;
-    }
-  }
-  PyErr_Format(PyExc_ValueError, "link must be None, 'sio', 'hccs', 'ub_one_port' or 'ub_multi_port', not %R",
-               obj);
-  return -1;
-}
-
-/* A PyMem array of the pids in obj (an iterable of ints); *n its length. */
-static int32_t *parse_pids(PyObject *obj, Py_ssize_t *n) {
+int32_t *aipc_py_parse_pids(PyObject *obj, Py_ssize_t *n) {
   if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyLong_Check(obj) || PyDict_Check(obj)) {
     PyErr_Format(PyExc_TypeError, "pids must be None or a sequence of process ids, not %.100s",
                  Py_TYPE(obj)->tp_name);
@@ -223,81 +193,8 @@ fail:
   return NULL;
 }
 
-PyObject *aipc_py_export(PyObject *module, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"array", "pids", "link", "torch_dtype", "keepalive", NULL};
-  aipc_py_state *st = aipc_py_state_of_module(module);
-  const aipc_provider *p = st->provider;
-  PyObject *array_obj, *pids_obj = Py_None, *link_obj = Py_None, *torch_dtype = Py_None, *result = NULL;
-  PyObject *keepalive = Py_None;
-  int32_t *pids = NULL;
-  Py_ssize_t npids = 0;
-  int link;
-  char key[AIPC_PY_KEY_LEN];
-  aipc_py_allocation *alloc = NULL;
-
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO$OO:export", kwlist, &array_obj, &pids_obj, &link_obj,
-                                   &torch_dtype, &keepalive)) {
-    return NULL;
-  }
-  if (Py_TYPE(array_obj) != st->array_type) {
-    PyErr_Format(PyExc_TypeError, "export() needs a DeviceArray, not %.100s", Py_TYPE(array_obj)->tp_name);
-    return NULL;
-  }
-  aipc_py_array *a = (aipc_py_array *)array_obj;
-  if (aipc_py_array_checked(a) == NULL) return NULL;
-  if (parse_link(link_obj, &link) < 0) return NULL;
-  if (check_torch_dtype(torch_dtype) < 0) return NULL;
-  if (pids_obj != Py_None) {
-    pids = parse_pids(pids_obj, &npids);
-    if (pids == NULL) return NULL;
-  }
-  uint64_t flags = pids_obj == Py_None ? ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
-                                       : ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT;
-  alloc = (aipc_py_allocation *)Py_NewRef((PyObject *)a->alloc); /* alive across the GIL release */
-
-  /* Without a whitelist one export per allocation serves every view. */
-  aipc_py_export_rec *rec =
-      flags == ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION ? aipc_py_allocation_find_export(alloc, flags, link)
-                                                                  : NULL;
-  if (rec != NULL) {
-    memcpy(key, rec->key, sizeof key);
-  } else {
-    aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-    void *base = alloc->base;
-    size_t size = alloc->size;
-    memset(key, 0, sizeof key);
-    Py_BEGIN_ALLOW_THREADS
-    if (aipc_py_note(p, &f, "aclrtIpcMemGetExportKey", p->ipc_get_export_key(base, size, key, sizeof key, flags)) ==
-        ACL_SUCCESS) {
-      aclError rc = ACL_SUCCESS;
-      if (npids > 0) {
-        rc = aipc_py_note(p, &f, "aclrtIpcMemSetImportPid", p->ipc_set_import_pid(key, pids, (size_t)npids));
-      }
-      if (rc == ACL_SUCCESS && link != AIPC_PY_LINK_NONE) {
-        rc = aipc_py_note(p, &f, "aclrtIpcMemSetAttr",
-                          p->ipc_set_attr(key, ACL_RT_IPC_MEM_ATTR_ACCESS_LINK, (uint64_t)link));
-      }
-      if (rc != ACL_SUCCESS) (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
-    }
-    Py_END_ALLOW_THREADS
-    if (f.code != ACL_SUCCESS) {
-      aipc_py_raise(st, &f);
-      goto done;
-    }
-    if (aipc_py_allocation_add_export(alloc, key, flags, link) < 0) {
-      Py_BEGIN_ALLOW_THREADS
-      (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
-      Py_END_ALLOW_THREADS
-      goto done;
-    }
-  }
-  result = handle_build(st, key, alloc, a->dtype, torch_dtype == Py_None ? NULL : torch_dtype, a->ndim, a->shape,
-                        a->strides, a->offset, (Py_ssize_t)alloc->size, alloc->device, aipc_py_pid());
-  if (result != NULL && keepalive != Py_None) ((aipc_py_handle *)result)->keepalive = Py_NewRef(keepalive);
-done:
-  Py_XDECREF(alloc);
-  PyMem_Free(pids);
-  return result;
+void aipc_py_close_key(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *key) {
+  (void)aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(key));
 }
 
 /* ---- methods -------------------------------------------------------------- */
@@ -321,39 +218,40 @@ static int check_open(aipc_py_handle *h) {
   return 0;
 }
 
+typedef struct import_call {
+  char key[AIPC_PY_KEY_LEN];
+  int32_t mem_device; /* the exporter's device */
+  void *ptr;          /* out: the mapping */
+} import_call;
+
+static void import_by_key(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  import_call *c = arg;
+  /* Memory of another device is reached through peer access. */
+  uint64_t flags =
+      device == c->mem_device ? ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT : ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS;
+  (void)aipc_py_note(p, f, "aclrtIpcMemImportByKey", p->ipc_import_by_key(&c->ptr, c->key, flags));
+}
+
 static PyObject *handle_open(PyObject *op, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"device", NULL};
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
-  const aipc_provider *p = st->provider;
   PyObject *device_obj = Py_None, *result = NULL;
   int32_t device;
-  char key[AIPC_PY_KEY_LEN];
-  void *ptr = NULL;
-  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-  aipc_py_device_scope scope;
+  import_call c;
 
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:open", kwlist, &device_obj)) return NULL;
   if (check_open(SELF) < 0) return NULL;
   if (aipc_py_parse_device(device_obj, &device) < 0) return NULL;
-  memcpy(key, SELF->key, sizeof key);
-  int32_t mem_device = SELF->device;
-
-  Py_BEGIN_ALLOW_THREADS
-  if (aipc_py_device_enter(p, &f, device, &scope) == ACL_SUCCESS) {
-    uint64_t flags = scope.device == mem_device ? ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT
-                                                : ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS;
-    (void)aipc_py_note(p, &f, "aclrtIpcMemImportByKey", p->ipc_import_by_key(&ptr, key, flags));
-    aipc_py_device_leave(p, &scope);
-  }
-  Py_END_ALLOW_THREADS
-  if (f.code != ACL_SUCCESS) return aipc_py_raise(st, &f);
+  memcpy(c.key, SELF->key, sizeof c.key);
+  c.mem_device = SELF->device;
+  c.ptr = NULL;
+  if (aipc_py_call(st, device, import_by_key, &c) < 0) return NULL;
 
   aipc_py_allocation *alloc =
-      aipc_py_allocation_create(st, AIPC_PY_IMPORTED, ptr, (size_t)SELF->size, mem_device, key);
+      aipc_py_allocation_create(st, AIPC_PY_IMPORTED, c.ptr, (size_t)SELF->size, c.mem_device, c.key);
   if (alloc == NULL) {
-    Py_BEGIN_ALLOW_THREADS
-    (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
-    Py_END_ALLOW_THREADS
+    aipc_py_failure f = AIPC_PY_FAILURE_INIT; /* the exception set is the one to report */
+    (void)aipc_py_call_released(st->provider, &f, AIPC_PY_NO_DEVICE, aipc_py_close_key, c.key);
     return NULL;
   }
   result = aipc_py_array_new(st, alloc, NULL, SELF->dtype, SELF->ndim, SELF->shape, SELF->strides, SELF->offset);
@@ -382,19 +280,14 @@ static PyObject *handle_open_torch(PyObject *op, PyObject *args, PyObject *kwarg
 
 static PyObject *handle_close(PyObject *op, PyObject *unused) {
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
-  const aipc_provider *p = st->provider;
   if (SELF->closed) Py_RETURN_NONE;
   if (is_exporter(SELF) && aipc_py_allocation_export_by_key(SELF->alloc, SELF->key) != NULL) {
-    aipc_py_failure f = AIPC_PY_FAILURE_INIT;
     char key[AIPC_PY_KEY_LEN];
     memcpy(key, SELF->key, sizeof key);
     aipc_py_allocation *alloc = (aipc_py_allocation *)Py_NewRef((PyObject *)SELF->alloc);
-    Py_BEGIN_ALLOW_THREADS
-    (void)aipc_py_note(p, &f, "aclrtIpcMemClose", p->ipc_close(key));
-    Py_END_ALLOW_THREADS
-    if (f.code != ACL_SUCCESS) {
+    if (aipc_py_call(st, AIPC_PY_NO_DEVICE, aipc_py_close_key, key) < 0) {
       Py_DECREF(alloc);
-      return aipc_py_raise(st, &f); /* still exported: fix the order and retry */
+      return NULL; /* still exported: fix the order and retry */
     }
     aipc_py_allocation_remove_export(alloc, key);
     Py_DECREF(alloc);
@@ -405,14 +298,29 @@ static PyObject *handle_close(PyObject *op, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+typedef struct allow_call {
+  char key[AIPC_PY_KEY_LEN];
+  int32_t *pids;
+  Py_ssize_t npids;
+  int inter_server; /* sdid given: aclrtIpcMemImportPidInterServer */
+  uint32_t sdid;
+} allow_call;
+
+static void allow_pids(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  allow_call *c = arg;
+  if (!c->inter_server) {
+    (void)aipc_py_note(p, f, "aclrtIpcMemSetImportPid", p->ipc_set_import_pid(c->key, c->pids, (size_t)c->npids));
+  } else {
+    aclrtServerPid entry = {c->sdid, c->pids, (size_t)c->npids};
+    (void)aipc_py_note(p, f, "aclrtIpcMemImportPidInterServer", p->ipc_import_pid_inter_server(c->key, &entry, 1));
+  }
+}
+
 static PyObject *handle_allow(PyObject *op, PyObject *args, PyObject *kwargs) {
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
-  const aipc_provider *p = st->provider;
   PyObject *sdid_obj = Py_None;
   Py_ssize_t npids = 0;
   int32_t *pids = NULL;
-  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-  char key[AIPC_PY_KEY_LEN];
 
   if (kwargs != NULL) {
     Py_ssize_t pos = 0;
@@ -444,19 +352,13 @@ static PyObject *handle_allow(PyObject *op, PyObject *args, PyObject *kwargs) {
     }
   }
   if (check_open(SELF) < 0) return NULL;
-  pids = parse_pids(args, &npids);
+  pids = aipc_py_parse_pids(args, &npids);
   if (pids == NULL) return NULL;
-  memcpy(key, SELF->key, sizeof key);
-  Py_BEGIN_ALLOW_THREADS
-  if (sdid_obj == Py_None) {
-    (void)aipc_py_note(p, &f, "aclrtIpcMemSetImportPid", p->ipc_set_import_pid(key, pids, (size_t)npids));
-  } else {
-    aclrtServerPid entry = {(uint32_t)sdid, pids, (size_t)npids};
-    (void)aipc_py_note(p, &f, "aclrtIpcMemImportPidInterServer", p->ipc_import_pid_inter_server(key, &entry, 1));
-  }
-  Py_END_ALLOW_THREADS
+  allow_call c = {.pids = pids, .npids = npids, .inter_server = sdid_obj != Py_None, .sdid = (uint32_t)sdid};
+  memcpy(c.key, SELF->key, sizeof c.key);
+  int rc = aipc_py_call(st, AIPC_PY_NO_DEVICE, allow_pids, &c);
   PyMem_Free(pids);
-  if (f.code != ACL_SUCCESS) return aipc_py_raise(st, &f);
+  if (rc < 0) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -565,22 +467,28 @@ static PyGetSetDef handle_getset[] = {
     {NULL},
 };
 
+/* Each docstring starts with a text signature ("name($self, ...)\n--\n\n"). */
 static PyMethodDef handle_methods[] = {
     {"open", (PyCFunction)(void (*)(void))handle_open, METH_VARARGS | METH_KEYWORDS,
-     "open(device=None) -> DeviceArray\n\nImports the memory (aclrtIpcMemImportByKey) and returns the\n"
-     "view as a DeviceArray over the same bytes. Each result's close() ends\n"
-     "that import (aclrtIpcMemClose)."},
+     "open($self, /, device=None)\n--\n\n"
+     "Imports the memory (aclrtIpcMemImportByKey) and returns the view as a\n"
+     "DeviceArray over the same bytes. Each result's close() ends that import\n"
+     "(aclrtIpcMemClose)."},
     {"open_torch", (PyCFunction)(void (*)(void))handle_open_torch, METH_VARARGS | METH_KEYWORDS,
-     "open_torch(device=None) -> torch.Tensor\n\nLike open(), as a zero-copy torch tensor (needs torch)."},
+     "open_torch($self, /, device=None)\n--\n\n"
+     "Like open(), as a zero-copy torch.Tensor (needs torch)."},
     {"close", handle_close, METH_NOARGS,
-     "close()\n\nThe exporter's handle: ends the export (aclrtIpcMemClose). Any other\n"
+     "close($self, /)\n--\n\n"
+     "The exporter's handle: ends the export (aclrtIpcMemClose). Any other\n"
      "handle: only marks it closed. Imports already open stay valid."},
     {"allow", (PyCFunction)(void (*)(void))handle_allow, METH_VARARGS | METH_KEYWORDS,
-     "allow(*pids, sdid=None)\n\nAdds processes to the export's whitelist (aclrtIpcMemSetImportPid;\n"
+     "allow($self, /, *pids, sdid=None)\n--\n\n"
+     "Adds processes to the export's whitelist (aclrtIpcMemSetImportPid;\n"
      "with sdid, aclrtIpcMemImportPidInterServer). Only the exporter may."},
-    {"__reduce__", handle_reduce, METH_NOARGS, NULL},
-    {"__enter__", handle_enter, METH_NOARGS, NULL},
-    {"__exit__", handle_exit, METH_VARARGS, NULL},
+    {"__reduce__", handle_reduce, METH_NOARGS,
+     "__reduce__($self, /)\n--\n\nPlain values to rebuild the handle from; unpickling imports nothing."},
+    {"__enter__", handle_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nThe handle itself."},
+    {"__exit__", handle_exit, METH_VARARGS, "__exit__($self, /, *exc_info)\n--\n\nCloses the handle."},
     {NULL},
 };
 
@@ -610,10 +518,10 @@ static void handle_dealloc(PyObject *op) {
   Py_DECREF(tp);
 }
 
+/* Starts with the constructor's text signature, for inspect.signature(IpcHandle). */
 static const char handle_doc[] =
-    "IpcHandle(key, size, dtype='uint8', shape=None, strides=None, offset=0, device=0, pid=0,\n"
-    "          torch_dtype=None)\n"
-    "\n"
+    "IpcHandle(key, size, dtype='uint8', shape=None, strides=None, offset=0, device=0, pid=0, "
+    "torch_dtype=None)\n--\n\n"
     "An IPC key and the view of the exported memory it describes. export() returns\n"
     "one; pickling sends one (only plain values: unpickling never imports). open()\n"
     "imports the memory in any process. Constructing one from a key lets Python open\n"

@@ -38,7 +38,25 @@ typedef struct aipc_py_handle {
 
 int aipc_py_handle_init_type(PyObject *module, aipc_py_state *st);
 
-/* export(array, pids=None, link=None, *, torch_dtype=None, keepalive=None) -> IpcHandle */
-PyObject *aipc_py_export(PyObject *module, PyObject *args, PyObject *kwargs);
+/*
+ * A handle with every field set; takes new references to dtype, torch_dtype
+ * and alloc (each of the last two may be NULL; alloc only for the exporter's
+ * handle). NULL with ValueError if the view does not fit in size bytes.
+ */
+PyObject *aipc_py_handle_build(aipc_py_state *st, const char *key, aipc_py_allocation *alloc,
+                               PyArray_Descr *dtype, PyObject *torch_dtype, int ndim,
+                               const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t offset,
+                               Py_ssize_t size, int32_t device, long pid);
+
+/* 0 if obj (may be NULL) is None or a str; else -1 with TypeError. */
+int aipc_py_check_torch_dtype(PyObject *obj);
+
+/* A PyMem array of the pids in obj (a sequence of ints), *n its length; NULL
+ * with TypeError/OverflowError. The caller frees it with PyMem_Free. */
+int32_t *aipc_py_parse_pids(PyObject *obj, Py_ssize_t *n);
+
+/* An aipc_py_released_fn: ends the export or import of key (a
+ * char[AIPC_PY_KEY_LEN]) with aclrtIpcMemClose. */
+void aipc_py_close_key(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *key);
 
 #endif

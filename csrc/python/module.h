@@ -104,22 +104,32 @@ const aipc_provider *aipc_py_select_provider(void);
 /* Why the last selection chose what it chose (for provider_info()); never NULL. */
 const char *aipc_py_selection_note(void);
 
-/* ---- the current device around a call (module.c) -----------------------
- * Per-thread state of the runtime; both run without the GIL. */
+/* ---- runtime calls with the GIL released (device.c) ---------------------
+ *
+ * A call that may block (a copy, an allocation, a request to another
+ * process) runs with the GIL released, on the calling thread's device, which
+ * is per-thread state of the runtime as in CANN. Its body sees only C data
+ * the caller prepared beforehand: it touches no Python object and calls no
+ * Python API. The caller keeps alive whatever that data points into. */
 
-typedef struct aipc_py_device_scope {
-  int32_t saved;  /* the thread's device before, or -1 if it had none */
-  int32_t device; /* the device current during the call */
-  int changed;
-} aipc_py_device_scope;
+/* For `device` below: the call needs no device; the current one is left as it is. */
+#define AIPC_PY_NO_DEVICE INT32_MIN
 
-/* Makes device current for this thread (device < 0: keep the current one). */
-aclError aipc_py_device_enter(const aipc_provider *p, aipc_py_failure *f, int32_t device,
-                              aipc_py_device_scope *scope);
-/* Restores what enter changed. */
-void aipc_py_device_leave(const aipc_provider *p, aipc_py_device_scope *scope);
+/* The part that runs without the GIL. device: the device current for the
+ * call, or AIPC_PY_NO_DEVICE. Failures go into f through aipc_py_note(). */
+typedef void (*aipc_py_released_fn)(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg);
 
-/* ---- argument helpers (module.c) ---------------------------------------- */
+/* Releases the GIL, makes device current for this thread (-1: the thread's
+ * current device, 0 if it has none), runs body(arg) unless that failed,
+ * restores the thread's device and takes the GIL back. Returns f->code:
+ * ACL_SUCCESS, or the first failure recorded in f. Raises nothing. */
+aclError aipc_py_call_released(const aipc_provider *p, aipc_py_failure *f, int32_t device,
+                               aipc_py_released_fn body, void *arg);
+
+/* The same, raising the failure: 0, or -1 with AclError set. */
+int aipc_py_call(aipc_py_state *st, int32_t device, aipc_py_released_fn body, void *arg);
+
+/* ---- argument helpers (device.c) ---------------------------------------- */
 
 /* device=None -> -1 (current); an int -> it; else TypeError. */
 int aipc_py_parse_device(PyObject *obj, int32_t *device);
