@@ -101,7 +101,7 @@ typedef struct dlpack_args {
 
 /* What validation decided the capsule holds. */
 typedef struct dlpack_plan {
-  aipc_py_allocation *alloc; /* borrowed from the array */
+  aipc_py_allocation *alloc; /* a reference of the plan's own */
   int versioned;             /* dltensor_versioned rather than dltensor */
   int dev_type, dev_id;
 } dlpack_plan;
@@ -128,10 +128,26 @@ static int dlpack_parse(PyObject *args, PyObject *kwargs, dlpack_args *out) {
  * dl_device are read here, in this order, so that a request with several
  * faults reports the same one first as ever.
  */
+static int dlpack_check(aipc_py_state *st, aipc_py_array *self, aipc_py_allocation *alloc, const dlpack_args *req,
+                        dlpack_plan *plan);
+
 static int dlpack_validate(aipc_py_state *st, aipc_py_array *self, const dlpack_args *req, dlpack_plan *plan) {
   aipc_py_allocation *alloc = aipc_py_array_checked(self);
   if (alloc == NULL) return -1;
+  /* Reading max_version and dl_device may run Python code (__index__) that
+   * closes the array: the plan's own reference keeps the memory from being
+   * released meanwhile, and the array must still be open afterwards. */
+  Py_INCREF(alloc);
+  if (dlpack_check(st, self, alloc, req, plan) < 0 || aipc_py_array_checked(self) != alloc) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "DeviceArray is closed");
+    Py_DECREF(alloc);
+    return -1;
+  }
+  return 0;
+}
 
+static int dlpack_check(aipc_py_state *st, aipc_py_array *self, aipc_py_allocation *alloc, const dlpack_args *req,
+                        dlpack_plan *plan) {
   int dev_type, dev_id;
   dl_device_of(st, self, &dev_type, &dev_id);
 
@@ -281,5 +297,7 @@ PyObject *aipc_py_array_dlpack(PyObject *self_obj, PyObject *args, PyObject *kwa
   dlpack_plan plan;
   if (dlpack_parse(args, kwargs, &req) < 0) return NULL;
   if (dlpack_validate(aipc_py_state_of(Py_TYPE(self_obj)), self, &req, &plan) < 0) return NULL;
-  return dlpack_build(self, &plan);
+  PyObject *capsule = dlpack_build(self, &plan);
+  Py_DECREF(plan.alloc);
+  return capsule;
 }

@@ -413,13 +413,14 @@ static PyObject *fn_subview(PyObject *module, PyObject *args, PyObject *kwargs) 
     PyErr_Format(PyExc_TypeError, "_subview() needs a DeviceArray, not %.100s", Py_TYPE(array_obj)->tp_name);
     return NULL;
   }
-  aipc_py_allocation *alloc = aipc_py_array_checked((aipc_py_array *)array_obj);
-  if (alloc == NULL) return NULL;
+  /* Everything that may run Python code (__index__, a dtype's lookups) first:
+   * such code may close the array, so its allocation is taken only after. */
   if (aipc_py_parse_shape(shape_obj, "shape", &ndim, shape) < 0) return NULL;
   if (aipc_py_parse_strides(strides_obj, ndim, strides) < 0) return NULL;
   PyArray_Descr *dtype = aipc_py_dtype_converter(dtype_obj);
   if (dtype == NULL) return NULL;
-  result = aipc_py_array_new(st, alloc, array_obj, dtype, ndim, shape, strides, offset);
+  aipc_py_allocation *alloc = aipc_py_array_checked((aipc_py_array *)array_obj);
+  result = alloc == NULL ? NULL : aipc_py_array_new(st, alloc, array_obj, dtype, ndim, shape, strides, offset);
   Py_DECREF(dtype);
   return result;
 }

@@ -317,3 +317,34 @@ def test_torch_copy_request():
     with pytest.raises(BufferError):
         torch.from_dlpack(a, copy=True)
     assert torch.from_dlpack(a, copy=False).shape == (3,)
+
+
+class _ClosesOnIndex:
+    """An int-like whose conversion closes the array: Python code that runs in
+    the middle of an argument conversion."""
+
+    def __init__(self, array, value):
+        self.array, self.value = array, value
+
+    def __index__(self):
+        self.array.close()
+        return self.value
+
+
+def test_dlpack_array_closed_while_its_arguments_are_read():
+    a = aipc.empty((1024,), "float32")
+    b = aipc.empty((1024,), "float32")
+    bases = {a.data_ptr, b.data_ptr}
+    with pytest.raises(ValueError, match="closed"):
+        a.__dlpack__(max_version=(_ClosesOnIndex(a, 1), 0))
+    with pytest.raises(ValueError, match="closed"):
+        b.__dlpack__(dl_device=(1, _ClosesOnIndex(b, 0)))
+    gc.collect()
+    # no capsule came out, and the memory went back with the close
+    assert [x for x in _C._live_allocations() if x[0] in bases] == []
+
+
+def test_subview_of_an_array_closed_while_its_shape_is_read():
+    a = aipc.empty((1024,), "float32")
+    with pytest.raises(ValueError, match="closed"):
+        _C._subview(a, 0, (_ClosesOnIndex(a, 4),), (4,), "float32")
