@@ -77,4 +77,15 @@ typedef const char *aipc_cstr;
     (key, type, attr), "CANN 8.5.0", OPTIONAL)                                                                 \
   X(aclError, aclrtIpcMemClose, ipc_close, (const char *key), (key), "CANN 8.2.RC1", OPTIONAL)
 
+/* AIPC_CALL_<field>: each call's place in the list; AIPC_CALL_NAME(field) its
+ * CANN name (core/calls.c), for messages that name the call they report on. */
+enum aipc_call {
+#define AIPC_CALL_INDEX_(ret, symbol, field, params, args, since, need) AIPC_CALL_##field,
+  AIPC_CALLS(AIPC_CALL_INDEX_)
+#undef AIPC_CALL_INDEX_
+  AIPC_CALL_COUNT
+};
+extern const char *const aipc__call_names[AIPC_CALL_COUNT];
+#define AIPC_CALL_NAME(field) (aipc__call_names[AIPC_CALL_##field])
+
 #endif

@@ -213,13 +213,13 @@ typedef struct release_call {
 static void close_and_free(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
   release_call *c = arg;
   for (; c->closed < c->n; c->closed++) {
-    c->rc = aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(c->keys[c->closed]));
+    c->rc = aipc_py_note(p, f, AIPC_CALL_NAME(ipc_close), p->ipc_close(c->keys[c->closed]));
     if (c->rc != ACL_SUCCESS) return;
   }
   if (c->kind == AIPC_PY_OWNED) {
-    c->rc = aipc_py_note(p, f, "aclrtFree", p->free(c->base));
+    c->rc = aipc_py_note(p, f, AIPC_CALL_NAME(free), p->free(c->base));
   } else if (c->kind == AIPC_PY_IMPORTED) {
-    c->rc = aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(c->import_key));
+    c->rc = aipc_py_note(p, f, AIPC_CALL_NAME(ipc_close), p->ipc_close(c->import_key));
   } /* BORROWED: the memory is its owner's to free */
 }
 
@@ -241,7 +241,7 @@ int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py
     if (c.keys == NULL) {
       snprintf(f->message, sizeof f->message, "out of memory releasing device memory");
       f->code = ACL_ERROR_BAD_ALLOC;
-      f->call = "aclrtIpcMemClose";
+      f->call = AIPC_CALL_NAME(ipc_close);
       if (registry_add(&st->registry, a) < 0) PyErr_Clear();
       return -1;
     }

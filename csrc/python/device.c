@@ -26,7 +26,7 @@ static aclError device_enter(const aipc_provider *p, aipc_py_failure *f, int32_t
   if (device < 0) device = cur < 0 ? 0 : cur;
   scope->device = device;
   if (device == cur) return ACL_SUCCESS;
-  aclError rc = aipc_py_note(p, f, "aclrtSetDevice", p->set_device(device));
+  aclError rc = aipc_py_note(p, f, AIPC_CALL_NAME(set_device), p->set_device(device));
   if (rc == ACL_SUCCESS) scope->changed = 1;
   return rc;
 }

@@ -232,7 +232,7 @@ typedef struct memcpy_call {
 
 static void copy_bytes(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
   memcpy_call *c = arg;
-  (void)aipc_py_note(p, f, "aclrtMemcpy", p->memcpy(c->dst, c->count, c->src, c->count, c->kind));
+  (void)aipc_py_note(p, f, AIPC_CALL_NAME(memcpy), p->memcpy(c->dst, c->count, c->src, c->count, c->kind));
 }
 
 static PyObject *array_numpy(PyObject *op, PyObject *unused) {

@@ -67,7 +67,7 @@ static PyObject *fn_device_count(PyObject *module, PyObject *unused) {
   aipc_py_state *st = state(module);
   aipc_py_failure f = AIPC_PY_FAILURE_INIT;
   uint32_t n = 0;
-  if (aipc_py_note(st->provider, &f, "aclrtGetDeviceCount", st->provider->get_device_count(&n)) != ACL_SUCCESS) {
+  if (aipc_py_note(st->provider, &f, AIPC_CALL_NAME(get_device_count), st->provider->get_device_count(&n)) != ACL_SUCCESS) {
     return aipc_py_raise(st, &f);
   }
   return PyLong_FromUnsignedLong(n);
@@ -87,7 +87,7 @@ static PyObject *fn_set_device(PyObject *module, PyObject *arg) {
     return NULL;
   }
   /* Out-of-range ids are the runtime's to refuse (ACL_ERROR_RT_INVALID_DEVICEID). */
-  if (aipc_py_note(st->provider, &f, "aclrtSetDevice", st->provider->set_device((int32_t)v)) != ACL_SUCCESS) {
+  if (aipc_py_note(st->provider, &f, AIPC_CALL_NAME(set_device), st->provider->set_device((int32_t)v)) != ACL_SUCCESS) {
     return aipc_py_raise(st, &f);
   }
   Py_RETURN_NONE;
@@ -97,7 +97,7 @@ static PyObject *fn_current_device(PyObject *module, PyObject *unused) {
   aipc_py_state *st = state(module);
   aipc_py_failure f = AIPC_PY_FAILURE_INIT;
   int32_t d = 0;
-  if (aipc_py_note(st->provider, &f, "aclrtGetDevice", st->provider->get_device(&d)) != ACL_SUCCESS) {
+  if (aipc_py_note(st->provider, &f, AIPC_CALL_NAME(get_device), st->provider->get_device(&d)) != ACL_SUCCESS) {
     return aipc_py_raise(st, &f);
   }
   return PyLong_FromLong(d);
@@ -107,7 +107,7 @@ static PyObject *fn_bare_tgid(PyObject *module, PyObject *unused) {
   aipc_py_state *st = state(module);
   aipc_py_failure f = AIPC_PY_FAILURE_INIT;
   int32_t pid = 0;
-  if (aipc_py_note(st->provider, &f, "aclrtDeviceGetBareTgid", st->provider->device_get_bare_tgid(&pid)) !=
+  if (aipc_py_note(st->provider, &f, AIPC_CALL_NAME(device_get_bare_tgid), st->provider->device_get_bare_tgid(&pid)) !=
       ACL_SUCCESS) {
     return aipc_py_raise(st, &f);
   }
@@ -120,7 +120,7 @@ typedef struct mem_info_call {
 
 static void get_mem_info(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
   mem_info_call *c = arg;
-  (void)aipc_py_note(p, f, "aclrtGetMemInfo", p->get_mem_info(ACL_HBM_MEM, &c->free_bytes, &c->total));
+  (void)aipc_py_note(p, f, AIPC_CALL_NAME(get_mem_info), p->get_mem_info(ACL_HBM_MEM, &c->free_bytes, &c->total));
 }
 
 static PyObject *fn_mem_info(PyObject *module, PyObject *args, PyObject *kwargs) {
@@ -160,24 +160,23 @@ typedef struct allocate_call {
 static void malloc_and_fill(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
   allocate_call *c = arg;
   c->device = device;
-  if (aipc_py_note(p, f, "aclrtMalloc", p->malloc(&c->ptr, c->size, ACL_MEM_MALLOC_HUGE_FIRST)) != ACL_SUCCESS) {
+  if (aipc_py_note(p, f, AIPC_CALL_NAME(malloc), p->malloc(&c->ptr, c->size, ACL_MEM_MALLOC_HUGE_FIRST)) != ACL_SUCCESS) {
     return;
   }
   aclError rc = ACL_SUCCESS;
   if (c->host != NULL && c->nbytes > 0) {
-    rc = aipc_py_note(p, f, "aclrtMemcpy",
-                      p->memcpy(c->ptr, c->size, c->host, (size_t)c->nbytes, ACL_MEMCPY_HOST_TO_DEVICE));
+    rc = aipc_py_note(p, f, AIPC_CALL_NAME(memcpy), p->memcpy(c->ptr, c->size, c->host, (size_t)c->nbytes, ACL_MEMCPY_HOST_TO_DEVICE));
   } else if (c->zero) {
-    rc = aipc_py_note(p, f, "aclrtMemset", p->memset(c->ptr, c->size, 0, c->size));
+    rc = aipc_py_note(p, f, AIPC_CALL_NAME(memset), p->memset(c->ptr, c->size, 0, c->size));
   }
   if (rc != ACL_SUCCESS) {
-    (void)aipc_py_note(p, f, "aclrtFree", p->free(c->ptr));
+    (void)aipc_py_note(p, f, AIPC_CALL_NAME(free), p->free(c->ptr));
     c->ptr = NULL;
   }
 }
 
 static void free_memory(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *ptr) {
-  (void)aipc_py_note(p, f, "aclrtFree", p->free(ptr));
+  (void)aipc_py_note(p, f, AIPC_CALL_NAME(free), p->free(ptr));
 }
 
 /*
@@ -488,19 +487,17 @@ typedef struct export_call {
  * the key was made, ends that export again. */
 static void export_memory(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
   export_call *c = arg;
-  if (aipc_py_note(p, f, "aclrtIpcMemGetExportKey",
-                   p->ipc_get_export_key(c->base, c->size, c->key, AIPC_PY_KEY_LEN, c->flags)) != ACL_SUCCESS) {
+  if (aipc_py_note(p, f, AIPC_CALL_NAME(ipc_get_export_key), p->ipc_get_export_key(c->base, c->size, c->key, AIPC_PY_KEY_LEN, c->flags)) != ACL_SUCCESS) {
     return;
   }
   aclError rc = ACL_SUCCESS;
   if (c->npids > 0) {
-    rc = aipc_py_note(p, f, "aclrtIpcMemSetImportPid", p->ipc_set_import_pid(c->key, c->pids, (size_t)c->npids));
+    rc = aipc_py_note(p, f, AIPC_CALL_NAME(ipc_set_import_pid), p->ipc_set_import_pid(c->key, c->pids, (size_t)c->npids));
   }
   if (rc == ACL_SUCCESS && c->link != AIPC_PY_LINK_NONE) {
-    rc = aipc_py_note(p, f, "aclrtIpcMemSetAttr",
-                      p->ipc_set_attr(c->key, ACL_RT_IPC_MEM_ATTR_ACCESS_LINK, (uint64_t)c->link));
+    rc = aipc_py_note(p, f, AIPC_CALL_NAME(ipc_set_attr), p->ipc_set_attr(c->key, ACL_RT_IPC_MEM_ATTR_ACCESS_LINK, (uint64_t)c->link));
   }
-  if (rc != ACL_SUCCESS) (void)aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(c->key));
+  if (rc != ACL_SUCCESS) (void)aipc_py_note(p, f, AIPC_CALL_NAME(ipc_close), p->ipc_close(c->key));
 }
 
 static PyObject *fn_export(PyObject *module, PyObject *args, PyObject *kwargs) {

@@ -194,7 +194,7 @@ fail:
 }
 
 void aipc_py_close_key(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *key) {
-  (void)aipc_py_note(p, f, "aclrtIpcMemClose", p->ipc_close(key));
+  (void)aipc_py_note(p, f, AIPC_CALL_NAME(ipc_close), p->ipc_close(key));
 }
 
 /* ---- methods -------------------------------------------------------------- */
@@ -229,7 +229,7 @@ static void import_by_key(const aipc_provider *p, aipc_py_failure *f, int32_t de
   /* Memory of another device is reached through peer access. */
   uint64_t flags =
       device == c->mem_device ? ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT : ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS;
-  (void)aipc_py_note(p, f, "aclrtIpcMemImportByKey", p->ipc_import_by_key(&c->ptr, c->key, flags));
+  (void)aipc_py_note(p, f, AIPC_CALL_NAME(ipc_import_by_key), p->ipc_import_by_key(&c->ptr, c->key, flags));
 }
 
 static PyObject *handle_open(PyObject *op, PyObject *args, PyObject *kwargs) {
@@ -309,10 +309,10 @@ typedef struct allow_call {
 static void allow_pids(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
   allow_call *c = arg;
   if (!c->inter_server) {
-    (void)aipc_py_note(p, f, "aclrtIpcMemSetImportPid", p->ipc_set_import_pid(c->key, c->pids, (size_t)c->npids));
+    (void)aipc_py_note(p, f, AIPC_CALL_NAME(ipc_set_import_pid), p->ipc_set_import_pid(c->key, c->pids, (size_t)c->npids));
   } else {
     aclrtServerPid entry = {c->sdid, c->pids, (size_t)c->npids};
-    (void)aipc_py_note(p, f, "aclrtIpcMemImportPidInterServer", p->ipc_import_pid_inter_server(c->key, &entry, 1));
+    (void)aipc_py_note(p, f, AIPC_CALL_NAME(ipc_import_pid_inter_server), p->ipc_import_pid_inter_server(c->key, &entry, 1));
   }
 }
 

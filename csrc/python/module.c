@@ -18,7 +18,7 @@ static int module_exec(PyObject *module) {
   if (st->provider == NULL) return -1;
   if (st->provider->init != NULL) {
     aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-    if (aipc_py_note(st->provider, &f, "aclInit", st->provider->init(NULL)) != ACL_SUCCESS) {
+    if (aipc_py_note(st->provider, &f, AIPC_CALL_NAME(init), st->provider->init(NULL)) != ACL_SUCCESS) {
       PyErr_Format(PyExc_ImportError, "ascend_ipc: aclInit failed: [%d] %s", (int)f.code, f.message);
       return -1;
     }
