@@ -33,6 +33,8 @@ static const aipc_provider emu_provider = {
     AIPC_CALLS(AIPC_EMU_ENTRY_)
 #undef AIPC_EMU_ENTRY_
     .ipc_get_attr = aipc__emu_ipc_get_attr,
+    /* None: each part of the emulator owns its state in its own file
+     * (device.c, memory.c, stream.c, ipc/), behind its own lock. */
     .private_data = NULL,
 };
 
