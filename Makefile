@@ -137,9 +137,12 @@ demo: $(VENV)/.installed
 	$(VPY) -m ascend_ipc.demo
 
 # Everything the targets above create: build trees, virtual environments, the
-# extension an editable install builds in place, and setuptools' metadata.
+# extension an editable install builds in place, setuptools' metadata, and
+# what pytest and hypothesis leave behind.
 clean:
 	rm -rf build build-asan build-tsan $(FUZZ_OUT) $(VENV) $(ASAN_VENV) ascend_ipc.egg-info
 	rm -f ascend_ipc/_C*.so
+	rm -rf .pytest_cache .hypothesis tests/.pytest_cache tests/.hypothesis
+	find ascend_ipc tests benchmarks examples -name __pycache__ -prune -exec rm -rf {} +
 
 include tests/reliability.mk
