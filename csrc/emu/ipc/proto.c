@@ -227,21 +227,24 @@ static void set_text_v(aipc__msg *m, const char *fmt, va_list ap) {
   m->text_len = (uint32_t)n;
 }
 
-void aipc__msg_refuse(aipc__msg *m, uint64_t req, aclError status, const char *fmt, ...) {
-  msg_start(m, AIPC_MSG_IMPORT_REPLY, req);
+/* A message that carries a status and a text: a refusal or an ERROR. */
+static void msg_status(aipc__msg *m, uint16_t type, uint64_t req, aclError status, const char *fmt, va_list ap) {
+  msg_start(m, type, req);
   m->status = status;
+  set_text_v(m, fmt, ap);
+}
+
+void aipc__msg_refuse(aipc__msg *m, uint64_t req, aclError status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  set_text_v(m, fmt, ap);
+  msg_status(m, AIPC_MSG_IMPORT_REPLY, req, status, fmt, ap);
   va_end(ap);
 }
 
 void aipc__msg_error(aipc__msg *m, uint64_t req, aclError status, const char *fmt, ...) {
-  msg_start(m, AIPC_MSG_ERROR, req);
-  m->status = status;
   va_list ap;
   va_start(ap, fmt);
-  set_text_v(m, fmt, ap);
+  msg_status(m, AIPC_MSG_ERROR, req, status, fmt, ap);
   va_end(ap);
 }
 
