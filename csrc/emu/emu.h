@@ -42,7 +42,7 @@ int32_t aipc__device_current(void);
 /* ---- memory.c: every address range the runtime knows in this process ---- */
 
 typedef enum aipc__mem_kind {
-  AIPC_MEM_DEVICE = 1, /* aclrtMalloc: a block of a device arena (memfd) */
+  AIPC_MEM_DEVICE = 1, /* aclrtMalloc: a sealed memfd of its own, mapped in a device's range */
   AIPC_MEM_HOST = 2,   /* aclrtMallocHost */
   AIPC_MEM_IMPORT = 3, /* an imported mapping, owned by the IPC layer */
 } aipc__mem_kind;
@@ -52,7 +52,7 @@ typedef struct aipc__block {
   size_t size;           /* page-rounded usable size */
   aipc__mem_kind kind;
   int32_t device;        /* DEVICE: its device; IMPORT: the exporter's device */
-  uint64_t arena_offset; /* DEVICE: offset of base in the device arena fd */
+  int fd;                /* DEVICE: its memfd (base is offset 0); -1 for the others */
   uint32_t pins;         /* DEVICE: IPC exports not yet finished with it */
   bool user_freed;       /* DEVICE: aclrtFree called while pinned */
   void *ipc;             /* IMPORT: the IPC layer's import record */
@@ -67,9 +67,6 @@ void aipc__mem_unlock(void);
 /* Block containing p, or NULL. O(log n). Lock held. */
 aipc__block *aipc__mem_find(const void *p);
 
-/* The memfd behind device's arena, or -1 if the device has no memory yet.
- * Borrowed: valid for the life of the process (until fork in the child). */
-int aipc__mem_arena_fd(int32_t device);
 
 /* Registers an IPC mapping [base, base+size) of the exporter's device.
  * Write lock held. Returns NULL when memory ran out. */

@@ -1,12 +1,16 @@
 /*
  * Device memory, host memory and the block map.
  *
- * Each device has one arena per process: a sparse memfd of virtual size
- * next_pow2(2 * capacity), mapped once, created at the device's first
- * aclrtMalloc. Blocks are carved out of it by a buddy allocator (buddy.c)
- * whose metadata lives outside the arena, and a freed block's pages are
- * punched out of the memfd so the memory goes back to the OS. The IPC layer
- * shares a block by passing the arena fd and the block's offset.
+ * Each device has one arena per process: a reservation of address space
+ * (PROT_NONE, nothing committed) of next_pow2(2 * capacity) bytes, made at
+ * the device's first aclrtMalloc, so device pointers come from one range per
+ * device. A buddy allocator (buddy.c) hands out ranges of it, and every
+ * aclrtMalloc allocation is a memfd of its own, sealed against shrinking and
+ * growing, mapped over its range. The IPC layer shares an allocation by
+ * passing that memfd: it reaches that allocation and nothing else. aclrtFree
+ * puts the reservation back over the range and closes the memfd, so the
+ * pages go back to the OS once no importer maps them, and a new allocation
+ * (a new memfd) never shows an old one's bytes.
  *
  * Every block this process knows (device, host, imported) sits in one
  * ordered map keyed by base address, so "which block holds p" is a
@@ -36,7 +40,6 @@ typedef struct mblock {
 typedef struct arena {
   uint8_t *base; /* NULL until the device's first aclrtMalloc */
   uint64_t vsize;
-  int fd;
   aipc__buddy buddy;
 } arena;
 
@@ -74,10 +77,6 @@ static int32_t arena_of(const void *p) {
   return -1;
 }
 
-int aipc__mem_arena_fd(int32_t device) {
-  if (device < 0 || device >= AIPC_MAX_DEVICES || !g_arenas[device].base) return -1;
-  return g_arenas[device].fd;
-}
 
 uint64_t aipc__mem_used(int32_t device) {
   if (device < 0 || device >= AIPC_MAX_DEVICES) return 0;
@@ -101,6 +100,7 @@ static mblock *add_block(uintptr_t base, size_t size, aipc__mem_kind kind, int32
   mb->pub.kind = kind;
   mb->pub.device = device;
   mb->pub.impl_ = mb;
+  mb->pub.fd = -1;
   mb->node.key = base;
   if (aipc__omap_insert(&g_map, &mb->node) != 0) {
     free(mb);
@@ -123,59 +123,73 @@ static uint64_t arena_vsize(uint64_t capacity) {
 static aclError arena_open(int32_t dev) {
   arena *ar = &g_arenas[dev];
   uint64_t vsize = arena_vsize(aipc__config_get()->memory);
-  char name[32];
-  snprintf(name, sizeof name, "ascend_ipc_dev%d", (int)dev);
-  int fd = aipc__os_memfd(name, false);
-  if (fd < 0)
-    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot create the memory of device %d: memfd_create: %s",
-                      (int)dev, strerror(errno));
   /* Address space can be short (ulimit -v, valgrind caps a mapping near
    * 32 GiB): halve the reservation until it maps. A smaller arena only
    * means large requests may find no free range. */
   void *base = MAP_FAILED;
   int e = 0;
   for (; vsize >= MIN_ARENA || vsize == arena_vsize(aipc__config_get()->memory); vsize >>= 1) {
-    if (ftruncate(fd, (off_t)vsize) != 0) {
-      e = errno;
-      continue;
-    }
-    base = mmap(NULL, vsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    base = mmap(NULL, vsize, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base != MAP_FAILED) break;
     e = errno;
   }
-  if (base == MAP_FAILED) {
-    close(fd);
-    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot map the memory of device %d: %s", (int)dev,
-                      strerror(e));
-  }
+  if (base == MAP_FAILED)
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot reserve address space for device %d: %s",
+                      (int)dev, strerror(e));
   if (aipc__buddy_init(&ar->buddy, vsize) != 0) {
     munmap(base, vsize);
-    close(fd);
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: out of host memory for bookkeeping");
   }
   ar->base = base;
   ar->vsize = vsize;
-  ar->fd = fd;
   return ACL_SUCCESS;
 }
 
 static void arena_close(arena *ar, bool unmap) {
   if (!ar->base) return;
   if (unmap) munmap(ar->base, ar->vsize);
-  close(ar->fd);
   aipc__buddy_destroy(&ar->buddy);
   *ar = (arena){0};
 }
 
-/* Gives a DEVICE block back: pages to the OS, range to the buddy, bytes to
+/* Maps a new sealed memfd of len bytes over [p, p + len) of a reservation.
+ * Returns its fd, or a recorded error. */
+static aclError block_map(int32_t dev, void *p, size_t len, int *fd_out) {
+  char name[32];
+  snprintf(name, sizeof name, "ascend_ipc_dev%d", (int)dev);
+  int fd = aipc__os_memfd_sealed(name, len);
+  if (fd < 0 && errno == EMFILE && aipc__os_raise_fd_limit()) fd = aipc__os_memfd_sealed(name, len);
+  if (fd < 0) {
+    int e = errno;
+    char limit[160];
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot create the memory of an allocation on device %d: %s",
+                      (int)dev, e == EMFILE || e == ENFILE ? aipc__os_fd_limit_text(limit, sizeof limit) : strerror(e));
+  }
+  if (mmap(p, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot map %zu bytes on device %d: %s", len,
+                      (int)dev, strerror(e));
+  }
+  *fd_out = fd;
+  return ACL_SUCCESS;
+}
+
+/* Puts the reservation back over a block's range: its pages are no longer
+ * reachable here (an importer's mapping keeps them alive until it closes). */
+static void block_unmap(void *p, size_t len) {
+  if (mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+    munmap(p, len); /* a hole in the reservation is still better than the old pages */
+}
+
+/* Gives a DEVICE block back: its memory, its range to the buddy, its bytes to
  * the capacity. Write lock held. */
 static void release_device_block(mblock *mb) {
   arena *ar = &g_arenas[mb->pub.device];
   aipc__omap_remove(&g_map, &mb->node);
-  /* Errors only mean the pages stay committed until the arena goes. */
-  (void)fallocate(ar->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)mb->pub.arena_offset,
-                  (off_t)mb->pub.size);
-  aipc__buddy_free(&ar->buddy, mb->pub.arena_offset, mb->pub.size);
+  block_unmap((void *)mb->pub.base, mb->pub.size);
+  close(mb->pub.fd);
+  aipc__buddy_free(&ar->buddy, mb->pub.base - (uintptr_t)ar->base, mb->pub.size);
   g_used[mb->pub.device] -= mb->pub.size;
   free(mb);
 }
@@ -208,13 +222,20 @@ aclError aipc__emu_malloc(void **devPtr, size_t size, aclrtMemMallocPolicy polic
                     (int)dev, len, used, cap, ar->vsize);
     goto out;
   }
+  int fd = -1;
+  if ((rc = block_map(dev, ar->base + off, len, &fd)) != ACL_SUCCESS) {
+    aipc__buddy_free(&ar->buddy, off, len);
+    goto out;
+  }
   mblock *mb = add_block((uintptr_t)ar->base + off, len, AIPC_MEM_DEVICE, dev);
   if (!mb) {
+    block_unmap(ar->base + off, len);
+    close(fd);
     aipc__buddy_free(&ar->buddy, off, len);
     rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: out of host memory for bookkeeping");
     goto out;
   }
-  mb->pub.arena_offset = off;
+  mb->pub.fd = fd;
   g_used[dev] += len;
   *devPtr = (void *)mb->pub.base;
 out:
@@ -506,13 +527,15 @@ aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t c
 static void drop_block(aipc__onode *n, void *unmap_host) {
   mblock *mb = mb_of_node(n);
   if (mb->pub.kind == AIPC_MEM_HOST && unmap_host) munmap((void *)mb->pub.base, mb->pub.size);
+  if (mb->pub.fd >= 0) close(mb->pub.fd);
   free(mb);
 }
 
 void aipc__mem_finalize(void) {
   aipc__mem_wrlock();
-  /* Device blocks go with their arena's mapping; imports belong to the IPC
-   * layer, which has released them by now (any left are only forgotten). */
+  /* Device blocks go with their arena's mapping (and their memfds closed);
+   * imports belong to the IPC layer, which has released them by now (any
+   * left are only forgotten). */
   aipc__omap_drain(&g_map, drop_block, (void *)1);
   for (int d = 0; d < AIPC_MAX_DEVICES; d++) {
     arena_close(&g_arenas[d], true);
@@ -533,7 +556,8 @@ void aipc__mem_atfork_parent(void) {
 
 void aipc__mem_atfork_child(void) {
   g_lock = (pthread_rwlock_t)PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
-  /* The parent's blocks stay mapped here but are no longer ours to manage. */
+  /* The parent's blocks stay mapped here but are no longer ours to manage;
+   * their memfds are closed, so nothing here can share them on. */
   aipc__omap_drain(&g_map, drop_block, NULL);
   for (int d = 0; d < AIPC_MAX_DEVICES; d++) {
     arena_close(&g_arenas[d], false);

@@ -6,7 +6,9 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +53,25 @@ int aipc__os_memfd_sealed(const char *name, uint64_t size) {
 void *aipc__os_map_shared(int fd, size_t size) {
   void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? NULL : p;
+}
+
+bool aipc__os_raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return false;
+  rl.rlim_cur = rl.rlim_max;
+  return setrlimit(RLIMIT_NOFILE, &rl) == 0;
+}
+
+const char *aipc__os_fd_limit_text(char *buf, size_t cap) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    snprintf(buf, cap,
+             "this process is out of file descriptors (RLIMIT_NOFILE is %llu, hard limit %llu; each allocation "
+             "and each descriptor in flight needs one): close some, or raise the limit (ulimit -n)",
+             (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+  else
+    snprintf(buf, cap, "this process or the system is out of file descriptors: close some");
+  return buf;
 }
 
 ssize_t aipc__os_send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds, int flags) {

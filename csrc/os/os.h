@@ -40,6 +40,13 @@ int aipc__os_memfd_sealed(const char *name, uint64_t size);
 /* Maps size bytes of fd shared and writable; NULL on failure (errno set). */
 void *aipc__os_map_shared(int fd, size_t size);
 
+/* ---- the descriptor limit -------------------------------------------------- */
+
+/* Raises the soft RLIMIT_NOFILE to the hard one. True when that gave room. */
+bool aipc__os_raise_fd_limit(void);
+/* Says that this process is out of descriptors and what the limits are; returns buf. */
+const char *aipc__os_fd_limit_text(char *buf, size_t cap);
+
 /* ---- descriptors over Unix sockets ---------------------------------------- */
 
 #define AIPC_OS_FDS_MAX 8 /* descriptors kept from one packet; more are closed */

@@ -52,7 +52,7 @@ struct aipc__export {
   void *ptr;          /* exported address in this process */
   size_t size;
   int32_t device;
-  uint64_t offset;    /* of ptr in the device arena */
+  uint64_t offset;    /* of ptr in its allocation (and memfd) */
   aipc__block *block; /* pinned while this record lives */
   uint64_t flags;     /* ACL_RT_IPC_MEM_EXPORT_FLAG_* */
   uint32_t attr;      /* ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_* */
@@ -74,8 +74,6 @@ struct aipc__sconn {
   pid_t pid;       /* SO_PEERCRED at accept */
   uid_t uid;
   bool dead;       /* closed; freed by the server thread at the end of its batch */
-  uint8_t *fd_sent; /* per device: arena fd already sent on this connection */
-  size_t n_fd_sent;
   uint32_t *ledger; /* AIPC_LEDGER_SLOTS counters the importer adds releases to */
   bool ledger_sent;
   uint32_t next_slot; /* slots never used yet start here */
@@ -239,7 +237,6 @@ static void free_zombies(void) {
   while (g.zombies) {
     aipc__sconn *c = g.zombies;
     g.zombies = c->next;
-    free(c->fd_sent);
     free(c->free_slots);
     free(c->grants);
     free(c);
@@ -264,19 +261,6 @@ static bool whitelisted(aipc__export *e, pid_t pid) {
   if (e->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) return true;
   if ((uint32_t)pid == g.pid) return true;
   return aipc__hmap_get(&e->whitelist, (aipc__hkey){(uint64_t)(uint32_t)pid, 0}) != NULL;
-}
-
-static int fd_sent_mark(aipc__sconn *c, int32_t device) {
-  if ((size_t)device >= c->n_fd_sent) {
-    size_t n = (size_t)device + 1;
-    uint8_t *v = realloc(c->fd_sent, n);
-    if (!v) return -1;
-    memset(v + c->n_fd_sent, 0, n - c->n_fd_sent);
-    c->fd_sent = v;
-    c->n_fd_sent = n;
-  }
-  c->fd_sent[device] = 1;
-  return 0;
 }
 
 /* Creates c's ledger; returns its fd (to send once), or -1 (then c has none). */
@@ -377,17 +361,14 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q) {
                          "ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION",
                          (int)c->pid, (int)g.pid);
   } else {
+    /* The block's memfd stays open while the export pins the block. */
     aipc__mem_rdlock();
     bool freed = e->block->user_freed;
-    int arena = -1;
-    bool need_fd = (size_t)e->device >= c->n_fd_sent || !c->fd_sent[e->device];
-    if (need_fd) arena = aipc__mem_arena_fd(e->device);
+    int memfd = e->block->fd;
     aipc__mem_unlock();
     aipc__ref *r = aipc__hmap_get(&g.refs, rkey(e->id, c->serial));
     if (freed) {
       aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "the memory of this key was freed by its exporter (process %d)", (int)g.pid);
-    } else if (need_fd && arena < 0) {
-      aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_INTERNAL_ERROR, "exporter (process %d) has no memory on device %d", (int)g.pid, (int)e->device);
     } else if (r && r->count == UINT32_MAX) {
       aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_INTERNAL_ERROR, "too many references from process %d", (int)c->pid);
     } else if (!r && (!(r = calloc(1, sizeof *r)) || aipc__hmap_put(&g.refs, rkey(e->id, c->serial), r) != 0)) {
@@ -410,8 +391,8 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q) {
       r->count++;
       e->refs_total++;
       e->imported = true;
-      if (need_fd) fd = arena;
-      uint32_t flags = (need_fd ? AIPC_REPLY_FD : 0) | (ledger_fd >= 0 ? AIPC_REPLY_LEDGER : 0);
+      fd = memfd; /* every grant carries the allocation's memfd: the importer keeps none */
+      uint32_t flags = AIPC_REPLY_FD | (ledger_fd >= 0 ? AIPC_REPLY_LEDGER : 0);
       aipc__msg_grant(&a, q->req, e->device, e->attr, e->offset, e->size, r->slot, flags);
     }
   }
@@ -420,7 +401,7 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q) {
     close(ledger_fd); /* the mapping stays; the importer has its own descriptor */
     c->ledger_sent = true;
   }
-  if (sent != 0 || (fd >= 0 && fd_sent_mark(c, a.device) != 0)) {
+  if (sent != 0) {
     conn_kill(c); /* drops the reference just counted too */
     return;
   }
@@ -767,7 +748,6 @@ static void server_child_reset(void) {
     }
     if (c->fd >= 0) close(c->fd);
     if (c->ledger) munmap(c->ledger, AIPC_LEDGER_BYTES);
-    free(c->fd_sent);
     free(c->free_slots);
     free(c->grants);
     free(c);
@@ -823,7 +803,7 @@ aclError aipc__exporter_export(void *devPtr, size_t size, uint64_t flags, char k
     e->ptr = devPtr;
     e->size = size;
     e->device = b->device;
-    e->offset = b->arena_offset + ((uintptr_t)devPtr - b->base);
+    e->offset = (uintptr_t)devPtr - b->base;
     e->block = b;
     e->flags = flags;
     e->attr = ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO;

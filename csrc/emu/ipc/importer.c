@@ -1,6 +1,10 @@
 /*
  * Importer side: one persistent connection per exporter process, and the
- * table of this process's imports.
+ * table of this process's imports. Every import is a round trip that the
+ * exporter answers with the allocation's memfd; the importer maps exactly
+ * the granted range, closes the memfd at once, and keeps one mapping per
+ * import (a list per key, oldest first, as CANN's runtime does), so what it
+ * can reach is what it holds and only while it holds it.
  *
  * Any number of threads share a connection. Each sends its request and
  * waits for the reply with its own deadline (ASCEND_IPC_TIMEOUT_MS); one of
@@ -36,25 +40,6 @@
 
 typedef struct aipc__cconn aipc__cconn;
 
-/*
- * A window: one mapping of [index * AIPC_WINDOW, + len) of an exporter's
- * device arena, shared by every import that lies inside it, so an import
- * or close costs no mmap/munmap. Kept (idle, LRU) after its last import
- * closes, up to AIPC_IDLE_WINDOWS_MAX. Guarded by g.lock.
- */
-typedef struct aipc__win {
-  aipc__cconn *conn;
-  int32_t device;
-  uint64_t index;
-  void *base;
-  size_t len;
-  uint32_t refs; /* live imports in it */
-  struct aipc__win *lprev, *lnext; /* idle LRU (g.idle_wins), oldest first */
-} aipc__win;
-
-#define AIPC_WINDOW ((uint64_t)1 << 30)
-#define AIPC_IDLE_WINDOWS_MAX 16
-
 /* A connected socket, shared by the threads sending and receiving on it:
  * closed when the last lets go, so its number is never reused under one. */
 typedef struct aipc__csock {
@@ -79,34 +64,35 @@ struct aipc__cconn {
   uint64_t next_req;
   bool reading;         /* a thread is receiving for everyone */
   aipc__creq *pending;  /* requests sent and waiting for their reply */
-  int *arena_fds;       /* per exporter device, -1 when not received yet */
   uint32_t *ledger;     /* the exporter's release ledger for this connection, or NULL */
-  uint64_t *arena_sizes;
-  size_t n_arena;
   uint64_t *abandoned; /* ids of cancelled requests whose reply has not come yet */
   size_t n_abandoned, cap_abandoned;
   /* g.lock: */
   uint32_t users;   /* threads working on it */
-  uint32_t imports; /* live import records on it */
+  uint32_t imports; /* live mappings on it */
   uint64_t last_used;
-  aipc__hmap wins;  /* {device, index} -> aipc__win */
 };
 
+/* What one aclrtIpcMemImportByKey gave: a mapping of the granted range, and
+ * the one reference the exporter counts for it. */
+typedef struct aipc__mapping {
+  void *ptr;
+  aipc__block *block; /* its IMPORT block in memory.c's map */
+  uint64_t conn_gen;  /* connection generation its reference lives on */
+  uint32_t slot;      /* its ledger slot, or AIPC_NO_SLOT */
+  struct aipc__mapping *next; /* the key's next younger mapping */
+} aipc__mapping;
+
+/* One key this process imported: its mappings, oldest first. */
 typedef struct aipc__import {
   uint64_t nonce, export_id;
   uint32_t pid;
   uint8_t secret[AIPC_SECRET_LEN];
-  void *ptr;
   size_t size;
   int32_t device;
   uint32_t attr;
-  uint32_t refs;      /* aclrtIpcMemImportByKey calls not yet closed */
-  uint32_t wire_refs; /* references the exporter counts for this process */
-  uint64_t conn_gen;  /* connection generation those references live on */
-  uint32_t slot;      /* their ledger slot, or AIPC_NO_SLOT */
   aipc__cconn *conn;
-  aipc__block *block;
-  aipc__win *win; /* NULL: a mapping of its own */
+  aipc__mapping *oldest, *youngest;
 } aipc__import;
 
 #define AIPC_IDLE_CCONNS_MAX 32
@@ -120,8 +106,6 @@ static struct importer_state {
   aipc__hmap imports; /* {nonce, export id} -> aipc__import */
   size_t n_imports;   /* imports.len, also read without the lock (atomic) */
   uint32_t idle_cconns;
-  aipc__win *idle_head, *idle_tail; /* idle windows, oldest first */
-  uint32_t idle_wins;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 #define CALL "aclrtIpcMemImportByKey"
 #define ABANDONED_MAX 1024
@@ -141,45 +125,6 @@ static aipc__import *import_lookup(const aipc__key *k) {
 }
 
 
-/* ---- windows (g.lock held) --------------------------------------------------- */
-
-static aipc__hkey wkey(int32_t device, uint64_t index) { return (aipc__hkey){(uint64_t)(uint32_t)device, index}; }
-
-static void idle_unlink(aipc__win *w) {
-  if (w->lprev) w->lprev->lnext = w->lnext; else g.idle_head = w->lnext;
-  if (w->lnext) w->lnext->lprev = w->lprev; else g.idle_tail = w->lprev;
-  w->lprev = w->lnext = NULL;
-  g.idle_wins--;
-}
-
-static void win_destroy(aipc__win *w, bool unmap) {
-  if (w->refs == 0) idle_unlink(w);
-  aipc__hmap_remove(&w->conn->wins, wkey(w->device, w->index));
-  if (unmap) munmap(w->base, w->len);
-  free(w);
-}
-
-/* One import fewer in w: an idle window joins the LRU; the oldest beyond the cap go. */
-static void win_put(aipc__win *w) {
-  if (--w->refs > 0) return;
-  w->lprev = g.idle_tail;
-  w->lnext = NULL;
-  if (g.idle_tail) g.idle_tail->lnext = w; else g.idle_head = w;
-  g.idle_tail = w;
-  g.idle_wins++;
-  while (g.idle_wins > AIPC_IDLE_WINDOWS_MAX) win_destroy(g.idle_head, true);
-}
-
-/* Unmaps c's windows that no import uses (all of them when c has no imports). */
-static void conn_drop_idle_windows(aipc__cconn *c) {
-  aipc__hkey k;
-  void *v;
-  for (size_t i = 0; aipc__hmap_next(&c->wins, &i, &k, &v);) {
-    aipc__win *w = v;
-    if (w->refs == 0) win_destroy(w, true);
-  }
-}
-
 /* ---- the connection: socket, requests, replies ---------------------------------- */
 
 typedef enum { RT_OK, RT_DEAD, RT_TIMEOUT, RT_PROTO, RT_NOFD, RT_NOMEM } rt_result;
@@ -193,6 +138,7 @@ struct aipc__creq {
   rt_result fail;  /* CREQ_FAILED: why */
   const char *why; /* RT_PROTO: which rule the reply broke */
   aipc__msg reply; /* CREQ_DONE */
+  int memfd;       /* CREQ_DONE: the memfd a grant carried (the waiter's to close), or -1 */
   aipc__creq *prev, *next;
 };
 
@@ -223,17 +169,10 @@ static void creq_unlink(aipc__cconn *c, aipc__creq *r) {
   r->prev = r->next = NULL;
 }
 
-/* Unmaps the ledger, closes the cached arena fds, forgets cancelled requests. */
+/* Unmaps the ledger, forgets cancelled requests. */
 static void conn_forget_peer_state(aipc__cconn *c) {
   if (c->ledger) munmap(c->ledger, AIPC_LEDGER_BYTES);
   c->ledger = NULL;
-  for (size_t i = 0; i < c->n_arena; i++)
-    if (c->arena_fds[i] >= 0) close(c->arena_fds[i]);
-  free(c->arena_fds);
-  free(c->arena_sizes);
-  c->arena_fds = NULL;
-  c->arena_sizes = NULL;
-  c->n_arena = 0;
   free(c->abandoned);
   c->abandoned = NULL;
   c->n_abandoned = c->cap_abandoned = 0;
@@ -263,8 +202,6 @@ static void conn_drop(aipc__cconn *c, rt_result fail, const char *why) {
 
 static void conn_free(aipc__cconn *c) {
   conn_drop(c, RT_DEAD, NULL);
-  conn_drop_idle_windows(c);
-  aipc__hmap_clear(&c->wins);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   free(c);
@@ -278,16 +215,14 @@ static void conn_forget(aipc__cconn *c) {
     free(c->sock);
   }
   conn_forget_peer_state(c);
-  aipc__hmap_clear(&c->wins);
   free(c);
 }
 
 static bool conn_idle(const aipc__cconn *c) { return c->users == 0 && c->imports == 0; }
 
 /* g.lock held: drops idle connections whose exporter hung up, then the least
- * recently used idle ones beyond AIPC_IDLE_CCONNS_MAX. An idle connection
- * keeps its exporter's arena fds open (and so the exporter's memory alive
- * after it dies), which is why they are bounded. */
+ * recently used idle ones beyond AIPC_IDLE_CCONNS_MAX (each holds a socket
+ * and a ledger mapping). */
 static void conns_trim(bool sweep_dead) {
   aipc__hkey k;
   void *v;
@@ -357,16 +292,6 @@ static void conn_put(aipc__cconn *c) {
   }
 }
 
-/* Why a descriptor could not be had, for a message. */
-static const char *fd_limit_hint(char *buf, size_t cap) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-    snprintf(buf, cap, "this process is out of file descriptors (RLIMIT_NOFILE is %llu): close some, or raise "
-             "the limit (ulimit -n)", (unsigned long long)rl.rlim_cur);
-  else
-    snprintf(buf, cap, "this process or the system is out of file descriptors: close some");
-  return buf;
-}
 
 /* Connects to the exporter's socket, waiting at most connect_ms for room in
  * its backlog. No lock held. */
@@ -376,10 +301,10 @@ static aclError sock_open(uint32_t pid, uint64_t nonce, int connect_ms, int time
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     int e = errno;
-    char hint[160];
+    char hint[256];
     if (e == EMFILE || e == ENFILE)
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot create a socket to exporter process %u: %s", pid,
-                        fd_limit_hint(hint, sizeof hint));
+                        aipc__os_fd_limit_text(hint, sizeof hint));
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot create a socket: %s", strerror(e));
   }
   set_timeouts(fd, connect_ms);
@@ -447,27 +372,6 @@ static rt_result sock_send(int fd, const uint8_t *buf, size_t len, uint64_t dead
     }
     return RT_DEAD;
   }
-}
-
-static int cache_arena_fd(aipc__cconn *c, int32_t device, int fd) {
-  if ((size_t)device >= c->n_arena) {
-    size_t n = (size_t)device + 1;
-    int *f = realloc(c->arena_fds, n * sizeof *f);
-    if (!f) return -1;
-    c->arena_fds = f;
-    uint64_t *s = realloc(c->arena_sizes, n * sizeof *s);
-    if (!s) return -1;
-    c->arena_sizes = s;
-    for (size_t i = c->n_arena; i < n; i++) {
-      f[i] = -1;
-      s[i] = 0;
-    }
-    c->n_arena = n;
-  }
-  if (c->arena_fds[device] >= 0) close(c->arena_fds[device]);
-  c->arena_fds[device] = fd;
-  c->arena_sizes[device] = 0;
-  return 0;
 }
 
 /* Maps the exporter's release ledger for this connection (and closes fd).
@@ -586,18 +490,18 @@ static void dispatch(aipc__cconn *c, const uint8_t *buf, size_t len, int *fds, i
       why = "reply to a request never sent";
     }
   }
+  int memfd = -1;
   if (bad == RT_OK && a.type == AIPC_MSG_IMPORT_REPLY && a.status == ACL_SUCCESS) {
-    int next = 0;
-    if (a.flags & AIPC_REPLY_FD) {
-      if (cache_arena_fd(c, a.device, fds[next]) != 0)
-        bad = RT_NOMEM;
-      else
-        fds[next] = -1;
-      next++;
-    }
-    if (bad == RT_OK && (a.flags & AIPC_REPLY_LEDGER)) {
-      install_ledger(c, fds[next]);
-      fds[next] = -1;
+    if (!(a.flags & AIPC_REPLY_FD)) {
+      bad = RT_PROTO;
+      why = "a grant without the allocation's memory";
+    } else {
+      memfd = fds[0];
+      fds[0] = -1;
+      if (a.flags & AIPC_REPLY_LEDGER) {
+        install_ledger(c, fds[1]);
+        fds[1] = -1;
+      }
     }
   }
   if (bad != RT_OK) {
@@ -609,7 +513,10 @@ static void dispatch(aipc__cconn *c, const uint8_t *buf, size_t len, int *fds, i
   if (r) {
     creq_unlink(c, r);
     r->reply = a;
+    r->memfd = memfd;
     r->state = CREQ_DONE;
+  } else if (memfd >= 0) {
+    close(memfd); /* a cancelled request's: its reference went back at the CANCEL */
   }
 }
 
@@ -671,6 +578,7 @@ static rt_result request(aipc__cconn *c, aipc__msg *q, aipc__creq *r, uint64_t d
   r->id = ++c->next_req;
   aipc__msg_number(q, r->id, settled_mark(c, r->id));
   r->state = CREQ_WAITING;
+  r->memfd = -1;
   r->prev = NULL;
   r->next = c->pending;
   if (c->pending) c->pending->prev = r;
@@ -710,11 +618,12 @@ typedef struct granted {
   uint32_t slot;
   uint64_t offset, size;
   uint64_t gen;
+  int memfd;
 } granted;
 
 /* The wire part of an import. c->mu held on entry and on return. On success
- * the exporter counts one more reference of this process and the arena fd
- * is in the cache. */
+ * the exporter counts one more reference of this process and out->memfd is
+ * the allocation's memfd (the caller's to close). */
 static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags, uint64_t deadline,
                               granted *out) {
   int timeout_ms = aipc__config_get()->timeout_ms;
@@ -735,7 +644,10 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
     /* EOF on a cached connection: the exporter may have restarted its server; try once more */
     if (rr != RT_DEAD || fresh) break;
   }
-  if (rr == RT_OK && c->gen != gen) rr = RT_DEAD; /* the connection went with the grant */
+  if (rr == RT_OK && c->gen != gen) { /* the connection went with the grant */
+    if (r.memfd >= 0) close(r.memfd);
+    rr = RT_DEAD;
+  }
   aipc__msg_wipe(&q);
   switch (rr) {
     case RT_OK: break;
@@ -751,9 +663,9 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": exporter process %u sent a malformed reply (%s)", k->pid,
                         r.why ? r.why : "?");
     case RT_NOFD: {
-      char hint[160];
+      char hint[256];
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot receive the memory of exporter process %u: %s",
-                        k->pid, fd_limit_hint(hint, sizeof hint));
+                        k->pid, aipc__os_fd_limit_text(hint, sizeof hint));
     }
     case RT_NOMEM:
       return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
@@ -765,21 +677,21 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
   }
   if (a->status != ACL_SUCCESS) return aipc__fail(a->status, CALL ": %s", a->text);
 
-  /* Granted: from here on a failure must give the reference back. */
-  int afd = (size_t)a->device < c->n_arena ? c->arena_fds[a->device] : -1;
-  if (afd < 0) {
-    conn_drop(c, RT_DEAD, NULL); /* the exporter believes we hold an fd we do not: start over */
-    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": exporter process %u did not send the memory of device %d",
-                      k->pid, (int)a->device);
-  }
-  if (a->offset + a->size > c->arena_sizes[a->device]) {
-    struct stat st;
-    if (fstat(afd, &st) == 0) c->arena_sizes[a->device] = (uint64_t)st.st_size;
-    if (a->offset + a->size > c->arena_sizes[a->device]) {
-      release_refs(c, k->export_id, a->slot, 1);
-      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": exporter process %u granted a range outside its memory",
-                        k->pid);
-    }
+  /* Granted: from here on a failure must give the reference back. The
+   * memory must be what an exporter of this library sends: a memfd sealed
+   * against shrinking, holding the whole range (else a later touch could
+   * SIGBUS this process). */
+  int memfd = r.memfd;
+  struct stat st;
+  int seals = fcntl(memfd, F_GET_SEALS);
+  if (fstat(memfd, &st) != 0 || seals < 0 || !(seals & F_SEAL_SHRINK) ||
+      a->offset + a->size > (uint64_t)st.st_size || a->offset % AIPC_PAGE_SIZE != 0) {
+    close(memfd);
+    release_refs(c, k->export_id, a->slot, 1);
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
+                      CALL ": exporter process %u granted memory that is not a sealed allocation holding the range "
+                      "(refused)",
+                      k->pid);
   }
   out->device = a->device;
   out->attr = a->attr;
@@ -787,125 +699,66 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
   out->size = a->size;
   out->slot = a->slot;
   out->gen = c->gen;
+  out->memfd = memfd;
   return ACL_SUCCESS;
 }
 
-/* A mapping for a granted range: in its window when it lies inside one
- * (creating the window if needed), else a mapping of its own. c->mu held,
- * g.lock held on entry and on return (dropped around mmap). */
-static void *map_granted(aipc__cconn *c, const granted *gr, aipc__win **win_out, bool own) {
-  int afd = c->arena_fds[gr->device];
-  uint64_t idx = gr->offset / AIPC_WINDOW;
-  *win_out = NULL;
-  if (!own && gr->offset + gr->size <= (idx + 1) * AIPC_WINDOW) {
-    aipc__win *w = aipc__hmap_get(&c->wins, wkey(gr->device, idx));
-    if (!w && c->arena_sizes[gr->device] > idx * AIPC_WINDOW) {
-      uint64_t len = c->arena_sizes[gr->device] - idx * AIPC_WINDOW;
-      if (len > AIPC_WINDOW) len = AIPC_WINDOW;
-      pthread_mutex_unlock(&g.lock);
-      /* Only threads holding c->mu create c's windows: no one races us. */
-      void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, afd,
-                        (off_t)(idx * AIPC_WINDOW));
-      pthread_mutex_lock(&g.lock);
-      if (base != MAP_FAILED) {
-        w = calloc(1, sizeof *w);
-        if (w && aipc__hmap_put(&c->wins, wkey(gr->device, idx), w) == 0) {
-          w->conn = c;
-          w->device = gr->device;
-          w->index = idx;
-          w->base = base;
-          w->len = len;
-          w->refs = 1;
-          *win_out = w;
-          return (char *)base + (gr->offset - idx * AIPC_WINDOW);
-        }
-        free(w);
-        w = NULL;
-        munmap(base, len);
-      }
-    }
-    if (w) {
-      if (w->refs++ == 0) idle_unlink(w);
-      *win_out = w;
-      return (char *)w->base + (gr->offset - idx * AIPC_WINDOW);
-    }
-  }
-  pthread_mutex_unlock(&g.lock);
-  void *p = mmap(NULL, gr->size, PROT_READ | PROT_WRITE, MAP_SHARED, afd, (off_t)gr->offset);
-  pthread_mutex_lock(&g.lock);
-  return p == MAP_FAILED ? NULL : p;
-}
-
-static void unmap_granted(void *p, size_t size, aipc__win *w) {
-  if (w)
-    win_put(w); /* g.lock held */
-  else
-    munmap(p, size);
-}
-
-/* Records a granted import: c->mu held, g.lock not held. */
+/* Records a granted import as a mapping of its own (the newest of its key).
+ * Consumes gr->memfd. c->mu held, g.lock not held. */
 static aclError import_register(aipc__cconn *c, const aipc__key *k, const granted *gr, void **devPtr) {
+  /* Exactly the granted range; the memfd goes at once, so nothing here can
+   * reach the allocation once this mapping is unmapped. */
+  void *p = mmap(NULL, gr->size, PROT_READ | PROT_WRITE, MAP_SHARED, gr->memfd, (off_t)gr->offset);
+  int map_errno = errno;
+  close(gr->memfd);
+  aipc__mapping *m = p != MAP_FAILED ? calloc(1, sizeof *m) : NULL;
   pthread_mutex_lock(&g.lock);
-  aipc__import *imp = import_lookup(k);
-  if (imp) {
-    /* Another thread imported the same key meanwhile: share its mapping. */
-    imp->refs++;
-    if (imp->conn_gen == gr->gen) {
-      imp->wire_refs++; /* the same (export, connection) reference: the same slot */
-    } else { /* its references died with an older connection; ours is the live one */
-      imp->conn_gen = gr->gen;
-      imp->wire_refs = 1;
-      imp->slot = gr->slot;
+  aipc__import *imp = m ? import_lookup(k) : NULL;
+  bool fresh = false;
+  if (m && !imp && (imp = calloc(1, sizeof *imp)) != NULL) {
+    fresh = true;
+    if (aipc__hmap_put(&g.imports, ikey(k->nonce, k->export_id), imp) != 0) {
+      free(imp);
+      imp = NULL;
     }
-    *devPtr = imp->ptr;
-    pthread_mutex_unlock(&g.lock);
-    return ACL_SUCCESS;
   }
-  imp = calloc(1, sizeof *imp);
-  void *p = NULL;
-  aipc__win *w = NULL;
   aipc__block *b = NULL;
-  /* The window's address may already hold another import of an overlapping
-   * range (two exports of one block): then a mapping of its own. */
-  for (int own = 0; imp && !b && own < 2; own++) {
-    p = map_granted(c, gr, &w, own == 1);
-    if (!p) break;
+  if (imp) {
     aipc__mem_wrlock();
-    b = aipc__mem_add_import(p, gr->size, gr->device, imp);
+    b = aipc__mem_add_import(p, gr->size, gr->device, m);
     aipc__mem_unlock();
-    if (!b) unmap_granted(p, gr->size, w);
   }
-  if (b && aipc__hmap_put(&g.imports, ikey(k->nonce, k->export_id), imp) != 0) {
-    aipc__mem_wrlock();
-    aipc__mem_remove_import(b);
-    aipc__mem_unlock();
-    unmap_granted(p, gr->size, w);
-    b = NULL;
-  }
-  imports_counted();
   if (!b) {
+    if (imp && fresh) {
+      aipc__hmap_remove(&g.imports, ikey(k->nonce, k->export_id));
+      free(imp);
+    }
+    imports_counted();
     pthread_mutex_unlock(&g.lock);
-    free(imp);
+    free(m);
+    if (p != MAP_FAILED) munmap(p, gr->size);
     release_refs(c, k->export_id, gr->slot, 1);
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": cannot map %" PRIu64 " bytes of process %u: %s",
-                      gr->size, k->pid, p ? "out of memory for bookkeeping" : "mmap failed");
+                      gr->size, k->pid, p != MAP_FAILED ? "out of memory for bookkeeping" : strerror(map_errno));
   }
-  imp->nonce = k->nonce;
-  imp->export_id = k->export_id;
-  imp->pid = k->pid;
-  memcpy(imp->secret, k->secret, AIPC_SECRET_LEN);
-  imp->ptr = p;
-  imp->size = gr->size;
-  imp->device = gr->device;
-  imp->attr = gr->attr;
-  imp->refs = 1;
-  imp->wire_refs = 1;
-  imp->conn_gen = gr->gen;
-  imp->slot = gr->slot;
-  imp->conn = c;
-  imp->block = b;
-  imp->win = w;
+  if (fresh) {
+    imp->nonce = k->nonce;
+    imp->export_id = k->export_id;
+    imp->pid = k->pid;
+    memcpy(imp->secret, k->secret, AIPC_SECRET_LEN);
+    imp->size = gr->size;
+    imp->device = gr->device;
+    imp->attr = gr->attr;
+    imp->conn = c;
+  }
+  m->ptr = p;
+  m->block = b;
+  m->conn_gen = gr->gen;
+  m->slot = gr->slot;
+  if (imp->youngest) imp->youngest->next = m; else imp->oldest = m;
+  imp->youngest = m;
   c->imports++;
+  imports_counted();
   *devPtr = p;
   pthread_mutex_unlock(&g.lock);
   return ACL_SUCCESS;
@@ -913,17 +766,6 @@ static aclError import_register(aipc__cconn *c, const aipc__key *k, const grante
 
 aclError aipc__importer_import(const aipc__key *k, uint64_t flags, void **devPtr) {
   pthread_mutex_lock(&g.lock);
-  aipc__import *imp = import_lookup(k);
-  if (imp) {
-    if (imp->refs == UINT32_MAX) {
-      pthread_mutex_unlock(&g.lock);
-      return aipc__fail(ACL_ERROR_INVALID_PARAM, CALL ": key imported too many times");
-    }
-    imp->refs++;
-    *devPtr = imp->ptr;
-    pthread_mutex_unlock(&g.lock);
-    return ACL_SUCCESS;
-  }
   aipc__cconn *c = conn_get(k->pid, k->nonce);
   pthread_mutex_unlock(&g.lock);
   if (!c) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
@@ -933,12 +775,6 @@ aclError aipc__importer_import(const aipc__key *k, uint64_t flags, void **devPtr
   granted gr;
   aclError rc = import_remote(c, k, flags, deadline, &gr);
   if (rc == ACL_SUCCESS) rc = import_register(c, k, &gr, devPtr);
-  if (!c->sock) {
-    /* The connection went: windows nobody uses would keep its memory alive. */
-    pthread_mutex_lock(&g.lock);
-    conn_drop_idle_windows(c);
-    pthread_mutex_unlock(&g.lock);
-  }
   pthread_mutex_unlock(&c->mu);
 
   pthread_mutex_lock(&g.lock);
@@ -957,65 +793,72 @@ aclError aipc__importer_close(const aipc__key *k, bool *found) {
   pthread_mutex_lock(&g.lock);
   aipc__import *imp = import_lookup(k);
   *found = imp != NULL;
-  if (!imp || --imp->refs > 0) {
+  if (!imp) {
     pthread_mutex_unlock(&g.lock);
-    return imp ? ACL_SUCCESS : ACL_ERROR_INVALID_PARAM;
+    return ACL_ERROR_INVALID_PARAM;
   }
-  aipc__hmap_remove(&g.imports, ikey(imp->nonce, imp->export_id));
-  imports_counted();
-  aipc__mem_wrlock();
-  aipc__mem_remove_import(imp->block);
-  aipc__mem_unlock();
+  /* CANN's rule: a close releases the key's oldest mapping. */
+  aipc__mapping *m = imp->oldest;
+  imp->oldest = m->next;
+  if (!imp->oldest) imp->youngest = NULL;
   aipc__cconn *c = imp->conn;
+  uint64_t export_id = imp->export_id;
+  size_t size = imp->size;
+  if (!imp->oldest) {
+    aipc__hmap_remove(&g.imports, ikey(imp->nonce, imp->export_id));
+    memset(imp->secret, 0, sizeof imp->secret);
+    free(imp);
+    imports_counted();
+  }
+  aipc__mem_wrlock();
+  aipc__mem_remove_import(m->block);
+  aipc__mem_unlock();
   c->imports--;
   c->users++;
-  if (imp->win) win_put(imp->win); /* no munmap: the window stays for the next import */
   pthread_mutex_unlock(&g.lock);
 
-  if (!imp->win) munmap(imp->ptr, imp->size);
+  /* From here an access to the range faults: the emulator's use-after-close check. */
+  munmap(m->ptr, size);
   pthread_mutex_lock(&c->mu);
   /* One-way, and usually no syscall: the count lands in the ledger (or a
    * RELEASE in the socket queue) before we return, and an exporter's close
    * takes both in before it decides. */
-  if (c->gen == imp->conn_gen) release_refs(c, imp->export_id, imp->slot, imp->wire_refs);
+  if (c->gen == m->conn_gen) release_refs(c, export_id, m->slot, 1);
   pthread_mutex_unlock(&c->mu);
 
   pthread_mutex_lock(&g.lock);
   conn_put(c);
   pthread_mutex_unlock(&g.lock);
-  memset(imp->secret, 0, sizeof imp->secret);
-  free(imp);
+  free(m);
   return ACL_SUCCESS;
 }
 
 /* ---- finalize, fork ------------------------------------------------------------- */
 
+/* g.lock held. unmap: aclFinalize; else a forked child, which keeps its
+ * parent's mappings, untracked (emu.h). */
 static void free_all(bool unmap) {
   aipc__hkey k;
   void *v;
   for (size_t i = 0; aipc__hmap_next(&g.imports, &i, &k, &v);) {
     aipc__import *imp = v;
-    if (unmap) {
-      aipc__mem_wrlock();
-      aipc__mem_remove_import(imp->block);
-      aipc__mem_unlock();
-      if (!imp->win) munmap(imp->ptr, imp->size);
+    for (aipc__mapping *m = imp->oldest, *next; m; m = next) {
+      next = m->next;
+      if (unmap) {
+        aipc__mem_wrlock();
+        aipc__mem_remove_import(m->block);
+        aipc__mem_unlock();
+        munmap(m->ptr, imp->size);
+      }
+      free(m);
     }
+    memset(imp->secret, 0, sizeof imp->secret);
     free(imp);
   }
   aipc__hmap_clear(&g.imports);
   imports_counted();
   for (size_t i = 0; aipc__hmap_next(&g.cconns, &i, &k, &v);) {
     aipc__cconn *c = v;
-    aipc__hkey wk;
-    void *wv;
-    for (size_t j = 0; aipc__hmap_next(&c->wins, &j, &wk, &wv);) {
-      aipc__win *w = wv;
-      /* A forked child keeps its parent's mappings, untracked (emu.h). */
-      if (unmap) munmap(w->base, w->len);
-      free(w);
-    }
-    aipc__hmap_clear(&c->wins);
     if (unmap)
       conn_free(c);
     else
@@ -1023,8 +866,6 @@ static void free_all(bool unmap) {
   }
   aipc__hmap_clear(&g.cconns);
   g.idle_cconns = 0;
-  g.idle_head = g.idle_tail = NULL;
-  g.idle_wins = 0;
 }
 
 bool aipc__importer_get_attr(const aipc__key *k, uint64_t *attr) {
