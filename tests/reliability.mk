@@ -97,7 +97,7 @@ fuzz: $(addprefix $(FUZZ_OUT)/$(FUZZ_KIND)/fuzz_,$(FUZZ_TARGETS))
 # Not in CI (timing-bound tests slow down under TSan); run it after changing the
 # importer's connection sharing or the exporter's locking.
 
-TSAN_TESTS_scale = many_threads_export_import_close_at_once threads_importing_one_key_share_one_mapping
+TSAN_TESTS_scale = many_threads_export_import_close_at_once threads_importing_one_key_each_get_a_mapping
 TSAN_TESTS_resilience = threads_sharing_a_connection_through_stops_and_timeouts \
   stopped_exporter_every_call_bounded_by_the_timeout timed_out_import_leaves_no_reference_behind \
   stopped_exporter_stalls_only_its_own_imports

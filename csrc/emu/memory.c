@@ -161,7 +161,7 @@ static aclError block_map(int32_t dev, void *p, size_t len, int *fd_out) {
   if (fd < 0 && errno == EMFILE && aipc__os_raise_fd_limit()) fd = aipc__os_memfd_sealed(name, len);
   if (fd < 0) {
     int e = errno;
-    char limit[160];
+    char limit[320];
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot create the memory of an allocation on device %d: %s",
                       (int)dev, e == EMFILE || e == ENFILE ? aipc__os_fd_limit_text(limit, sizeof limit) : strerror(e));
   }

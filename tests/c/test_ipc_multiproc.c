@@ -113,15 +113,17 @@ static int rt_child(chan *c, void *arg) {
   CHECK(check_pattern(p, a->size, 1)); /* the exporter's writes */
   fill_pattern(p, a->size, 2);        /* ours, seen by the exporter */
   CHECK_OK(aclrtIpcMemImportByKey(&p2, key, 0));
-  CHECK(p2 == p); /* same key twice: same pointer */
+  CHECK(p2 != p);                      /* same key twice: a mapping of its own each time, as in CANN */
+  CHECK(check_pattern(p2, a->size, 2)); /* over the same bytes */
   send_int(c->up[1], 1);
   CHECK_EQ(recv_int(c->down[0]), 2);
   CHECK(check_pattern(p, a->size, 3)); /* the exporter wrote again, no copy anywhere */
+  CHECK(check_pattern(p2, a->size, 3));
   /* imported memory is not this process's to export */
   char k2[KEYLEN] = {0};
   CHECK_MSG(aclrtIpcMemGetExportKey(p, PAGE, k2, KEYLEN, 0), ACL_ERROR_INVALID_PARAM, "imported");
-  CHECK_OK(aclrtIpcMemClose(key));
-  CHECK(check_pattern(p, a->size, 3)); /* one reference left: still mapped */
+  CHECK_OK(aclrtIpcMemClose(key));     /* the oldest mapping (p) goes */
+  CHECK(check_pattern(p2, a->size, 3)); /* the younger one stays */
   CHECK_OK(aclrtIpcMemClose(key));
   CHECK_MSG(aclrtIpcMemClose(key), ACL_ERROR_INVALID_PARAM, "neither");
   CHECK_OK(aclFinalize());

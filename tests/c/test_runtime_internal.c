@@ -7,6 +7,10 @@
  */
 #define _GNU_SOURCE
 #include <sys/mman.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <errno.h>
 
 #include "harness.h"
 
@@ -299,8 +303,8 @@ TEST(finalize_with_pinned_and_imported_blocks_leaks_nothing) {
 static void *fake_import(void *p, size_t n, int32_t dev) {
   aipc__mem_rdlock();
   aipc__block *b = aipc__mem_find(p);
-  int fd = aipc__mem_arena_fd(dev);
-  uint64_t off = b->arena_offset;
+  int fd = b->fd;
+  uint64_t off = (uintptr_t)p - b->base;
   aipc__mem_unlock();
   CHECK(fd >= 0);
   void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
@@ -319,18 +323,34 @@ static void drop_import(void *m, size_t n) {
   munmap(m, n);
 }
 
-TEST(arena_fd) {
-  CHECK_EQ(aipc__mem_arena_fd(0), -1); /* no memory yet */
-  CHECK_EQ(aipc__mem_arena_fd(-1), -1);
-  CHECK_EQ(aipc__mem_arena_fd(64), -1);
-  void *p = dev_alloc(4096);
-  int fd = aipc__mem_arena_fd(0);
-  CHECK(fd >= 0);
-  CHECK_EQ(aipc__mem_arena_fd(1), -1);
+/* Each allocation is a memfd of its own, exactly its size, sealed against
+ * shrinking and growing: what IPC shares reaches that allocation only. */
+TEST(allocation_memfds) {
+  void *p = dev_alloc(3 * 4096), *q = dev_alloc(4096);
+  aipc__mem_rdlock();
+  aipc__block *bp = aipc__mem_find(p), *bq = aipc__mem_find(q);
+  int fp = bp->fd, fq = bq->fd;
+  aipc__mem_unlock();
+  CHECK(fp >= 0 && fq >= 0 && fp != fq);
+  struct stat st;
+  CHECK(fstat(fp, &st) == 0 && st.st_size == 3 * 4096);
+  int seals = fcntl(fp, F_GET_SEALS);
+  CHECK(seals >= 0 && (seals & F_SEAL_SHRINK) && (seals & F_SEAL_GROW) && (seals & F_SEAL_SEAL));
+  CHECK(ftruncate(fp, 0) != 0 && errno == EPERM);
+  CHECK(ftruncate(fp, 1 << 20) != 0 && errno == EPERM);
+  /* the memfd is the memory */
+  ((char *)p)[4096] = 42;
+  char c = 0;
+  CHECK(pread(fp, &c, 1, 4096) == 1 && c == 42);
+  /* freeing closes it; the range goes back to the reservation (no access) */
   CHECK_OK(aipc__emu_free(p));
-  CHECK_EQ(aipc__mem_arena_fd(0), fd); /* the arena outlives its blocks */
+  CHECK(fcntl(fp, F_GETFD) < 0 && errno == EBADF);
+  aipc__mem_rdlock();
+  CHECK(aipc__mem_find(p) == NULL);
+  aipc__mem_unlock();
+  CHECK_OK(aipc__emu_free(q));
+  CHECK(fcntl(fq, F_GETFD) < 0);
   CHECK_OK(aipc__emu_finalize());
-  CHECK_EQ(aipc__mem_arena_fd(0), -1);
 }
 
 TEST(import_blocks_are_not_freeable) {
