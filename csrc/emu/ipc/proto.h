@@ -17,9 +17,10 @@
  *                id has had its reply, or its CANCEL sent: the exporter may
  *                forget those grants)
  * IMPORT_REPLY   exporter -> importer, body 40 + text_len: i32 status,
- *                u32 flags (bit 0: the device's arena fd is attached; bit 1:
- *                the connection's release ledger fd follows it), i32 device,
- *                u32 attr, u64 offset, u64 size, u32 text_len, u32 slot (the
+ *                u32 flags (bit 0: the allocation's memfd is attached, on
+ *                every grant; bit 1: the connection's release ledger fd
+ *                follows it), i32 device, u32 attr, u64 offset (of the
+ *                export in the memfd), u64 size, u32 text_len, u32 slot (the
  *                reference's ledger slot, AIPC_NO_SLOT for none; 0 on
  *                failure), char text[text_len] (printable ASCII, no NUL)
  * RELEASE        importer -> exporter, body 16: u64 export_id, u32 count,
@@ -66,8 +67,8 @@ enum {
   AIPC_MSG_CANCEL = 5,
 };
 
-#define AIPC_REPLY_FD 1u     /* IMPORT_REPLY flags: the arena fd rides along */
-#define AIPC_REPLY_LEDGER 2u /* ... and the connection's ledger fd (after the arena fd) */
+#define AIPC_REPLY_FD 1u     /* IMPORT_REPLY flags: the allocation's memfd rides along */
+#define AIPC_REPLY_LEDGER 2u /* ... and the connection's ledger fd (after the memfd) */
 #define AIPC_LEDGER_SLOTS 16384u
 #define AIPC_LEDGER_BYTES ((size_t)AIPC_LEDGER_SLOTS * 4)
 #define AIPC_NO_SLOT 0xffffffffu
