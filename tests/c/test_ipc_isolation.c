@@ -24,7 +24,8 @@ static void plant_secret(uint8_t *p, size_t n) { CHECK_OK(aclrtMemset(p, n, SECR
 
 /* Whether the secret appears anywhere this process can read: every readable
  * mapping, read through /proc/self/mem (unreadable pages are skipped, not
- * faulted on). */
+ * faulted on). Anonymous mappings over 1 GiB (a sanitizer's shadow memory)
+ * are skipped; any memfd mapping, of any size, is read. */
 static int secret_visible(void) {
   FILE *maps = fopen("/proc/self/maps", "r");
   int mem = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
@@ -37,6 +38,7 @@ static int secret_visible(void) {
     char perms[8];
     if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || perms[0] != 'r') continue;
     if (strstr(line, "[vvar]") || strstr(line, "[vsyscall]")) continue;
+    if (hi - lo > (1ul << 30) && !strstr(line, "memfd:")) continue;
     size_t run = 0;
     for (unsigned long a = lo; !found && a < hi; a += sizeof buf) {
       size_t want = hi - a < sizeof buf ? hi - a : sizeof buf;
@@ -188,10 +190,14 @@ static void after_close_round(int touch) {
   plant_secret(p, 64 * KiB); /* what the exporter keeps there from now on */
   send_int(c.down[1], 2);
   int status = th_wait(pid);
+#if defined(__SANITIZE_ADDRESS__)
+  if (touch) /* ASan reports the fault (SEGV on unknown address) and exits */
+    CHECK(status != 0 && status != 3);
+#else
   if (touch)
     CHECK_EQ(status, 128 + SIGSEGV);
-  else
-    CHECK_EQ(status, 0);
+#endif
+  if (!touch) CHECK_EQ(status, 0);
   chan_close(&c);
   CHECK_OK(aclrtIpcMemClose(key));
   CHECK_OK(aclrtFree(p));
