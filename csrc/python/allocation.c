@@ -66,7 +66,9 @@ aipc_py_allocation *aipc_py_registry_find(aipc_py_registry *r, uintptr_t lo, uin
     if (!own_usable(a)) continue;
     uintptr_t base = (uintptr_t)a->base;
     if (lo >= base && hi >= lo && hi <= base + a->size) return a;
-    return NULL; /* owned and imported allocations of this process never overlap */
+    /* Owned and imported allocations of this process never overlap, but for
+     * an import of an own key over its exporter's range: the same range. */
+    return NULL;
   }
   return NULL;
 }
@@ -81,6 +83,17 @@ aipc_py_allocation *aipc_py_registry_overlap(aipc_py_registry *r, uintptr_t lo, 
     aipc_py_allocation *a = r->items[--at];
     if (!own_usable(a)) continue;
     return (uintptr_t)a->base + a->size > lo ? a : NULL;
+  }
+  return NULL;
+}
+
+aipc_py_allocation *aipc_py_registry_exporter(aipc_py_registry *r, const char *key, uintptr_t addr) {
+  size_t at = registry_upper(r, addr);
+  while (at > 0) {
+    aipc_py_allocation *a = r->items[--at];
+    if (a->released || aipc_py_allocation_foreign(a) || a->kind == AIPC_PY_IMPORTED) continue;
+    if (addr < (uintptr_t)a->base + a->size && aipc_py_allocation_export_by_key(a, key) != NULL) return a;
+    if (a->kind == AIPC_PY_OWNED) break; /* owned allocations do not overlap: none further down holds addr */
   }
   return NULL;
 }
@@ -165,7 +178,7 @@ void aipc_py_allocation_remove_export(aipc_py_allocation *a, const char *key) {
 /* ---- lifetime ------------------------------------------------------------ */
 
 aipc_py_allocation *aipc_py_allocation_create(aipc_py_state *st, int kind, void *base, size_t size,
-                                              int32_t device, const char *import_key) {
+                                              int32_t device, aipc_py_import *import) {
   aipc_py_allocation *a = (aipc_py_allocation *)st->allocation_type->tp_alloc(st->allocation_type, 0);
   if (a == NULL) return NULL;
   a->base = base;
@@ -173,7 +186,7 @@ aipc_py_allocation *aipc_py_allocation_create(aipc_py_state *st, int kind, void 
   a->device = device;
   a->kind = kind;
   a->pid = aipc_py_pid();
-  if (import_key != NULL) memcpy(a->import_key, import_key, strnlen(import_key, AIPC_PY_KEY_LEN - 1));
+  a->import = import;
   if (registry_add(&st->registry, a) < 0) {
     a->released = 1; /* the caller keeps the memory */
     Py_DECREF(a);
@@ -203,9 +216,11 @@ typedef struct release_call {
   size_t n;
   int kind;
   void *base;
-  char import_key[AIPC_PY_KEY_LEN];
-  size_t closed; /* out: how many exports closed */
-  aclError rc;   /* out: the first failure, or ACL_SUCCESS */
+  aipc_py_import *import;
+  int final;
+  size_t closed;         /* out: how many exports closed (or were left to own imports) */
+  aclError rc;           /* out: the first failure, or ACL_SUCCESS */
+  aipc_py_failure later; /* out: failures releasing what other, gone objects held */
 } release_call;
 
 /* Closes the exports in order, stopping at the first refusal; then, if all
@@ -213,17 +228,18 @@ typedef struct release_call {
 static void close_and_free(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
   release_call *c = arg;
   for (; c->closed < c->n; c->closed++) {
-    c->rc = aipc_py_note(p, f, AIPC_CALL_NAME(ipc_close), p->ipc_close(c->keys[c->closed]));
+    int deferred; /* an own import of the key still open: it ends the export when it closes */
+    c->rc = aipc_py_export_close(p, f, c->keys[c->closed], &deferred);
     if (c->rc != ACL_SUCCESS) return;
   }
   if (c->kind == AIPC_PY_OWNED) {
     c->rc = aipc_py_note(p, f, AIPC_CALL_NAME(free), p->free(c->base));
   } else if (c->kind == AIPC_PY_IMPORTED) {
-    c->rc = aipc_py_note(p, f, AIPC_CALL_NAME(ipc_close), p->ipc_close(c->import_key));
+    c->rc = aipc_py_import_close(p, f, c->import, !c->final, &c->later);
   } /* BORROWED: the memory is its owner's to free */
 }
 
-int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py_failure *f) {
+int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py_failure *f, int final) {
   if (a->released) return 0;
   registry_remove(&st->registry, a);
   if (aipc_py_allocation_foreign(a)) {
@@ -233,8 +249,8 @@ int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py
   }
 
   size_t n = a->nexports;
-  release_call c = {.keys = NULL, .n = n, .kind = a->kind, .base = a->base, .closed = 0, .rc = ACL_SUCCESS};
-  memcpy(c.import_key, a->import_key, sizeof c.import_key);
+  release_call c = {.keys = NULL, .n = n, .kind = a->kind, .base = a->base, .import = a->import, .final = final,
+                    .closed = 0, .rc = ACL_SUCCESS, .later = AIPC_PY_FAILURE_INIT};
   /* The keys to close, in memory of this call's own. */
   if (n > 0) {
     c.keys = PyMem_RawMalloc(n * sizeof *c.keys);
@@ -254,19 +270,25 @@ int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py
   (void)aipc_py_call_released(st->provider, f, AIPC_PY_NO_DEVICE, close_and_free, &c);
 
   PyMem_RawFree(c.keys);
+  if (c.later.code != ACL_SUCCESS) aipc_py_warn_leak(st, "an imported mapping closed earlier", &c.later);
   /* Exports that did close are gone either way. */
   if (c.closed > 0) memmove(a->exports, a->exports + c.closed, (n - c.closed) * sizeof *a->exports);
   a->nexports = n - c.closed;
   if (c.rc != ACL_SUCCESS) {
+    if (c.kind == AIPC_PY_IMPORTED && final) {
+      a->import = NULL; /* stays marked closed: the key's next close retries it */
+    }
     if (registry_add(&st->registry, a) < 0) PyErr_Clear(); /* lookups only miss it */
     return -1;
   }
+  a->import = NULL; /* freed by the table once the runtime closed it */
   a->released = 1;
   return 0;
 }
 
 static int allocation_traverse(PyObject *self, visitproc visit, void *arg) {
   Py_VISIT(Py_TYPE(self));
+  Py_VISIT(((aipc_py_allocation *)self)->exporter);
   return 0;
 }
 
@@ -281,7 +303,7 @@ static void allocation_dealloc(PyObject *self) {
   PyErr_Fetch(&exc_type, &exc_value, &exc_tb); /* a dealloc never disturbs a pending exception */
   if (!a->released) {
     aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-    if (aipc_py_allocation_release(st, a, &f) < 0) {
+    if (aipc_py_allocation_release(st, a, &f, 1) < 0) {
       /* Never free memory the runtime would not let go of (ASCEND_IPC_STRICT=1
        * with importers still attached): leak it, loudly. */
       registry_remove(&st->registry, a);
@@ -290,6 +312,8 @@ static void allocation_dealloc(PyObject *self) {
     }
   }
   registry_remove(&st->registry, a);
+  /* After the import closed: the exporter's memory (and its export) outlives it. */
+  Py_CLEAR(a->exporter);
   PyMem_Free(a->exports);
   PyErr_Restore(exc_type, exc_value, exc_tb);
   tp->tp_free(self);

@@ -3,16 +3,18 @@
  * object that uses it.
  *
  * An allocation is OWNED (aclrtMalloc in this process; it may carry IPC
- * exports), IMPORTED (one aclrtIpcMemImportByKey), or BORROWED (device memory
+ * exports), IMPORTED (one aclrtIpcMemImportByKey: a mapping of its own, even
+ * for a key this process already imported), or BORROWED (device memory
  * this process got from someone else, e.g. torch_npu's caching allocator,
  * wrapped by ascend_ipc.wrap(): it may carry exports, which are closed when
  * the allocation goes, but it is never freed here). DeviceArrays and
  * their views, exporter-side IpcHandles and DLPack capsules each hold a
  * reference; the memory is given back when the last one goes: exports closed
- * (aclrtIpcMemClose), then aclrtFree, or for an import aclrtIpcMemClose. So
- * garbage collection never frees memory that some object still uses, and
- * the runtime itself keeps exported memory valid for other processes that
- * still hold it.
+ * (aclrtIpcMemClose), then aclrtFree, or for an import aclrtIpcMemClose once
+ * every older import of its key is closed too (imports.h: a close releases
+ * the key's oldest mapping). So garbage collection never frees memory that
+ * some object still uses, and the runtime itself keeps exported memory valid
+ * for other processes that still hold it.
  *
  * An allocation records the process that created it. In a forked child it is
  * foreign: the child's runtime starts empty, so the child neither uses nor
@@ -21,6 +23,7 @@
 #ifndef ASCEND_IPC_PYTHON_ALLOCATION_H_
 #define ASCEND_IPC_PYTHON_ALLOCATION_H_
 
+#include "imports.h"
 #include "module.h"
 
 typedef enum aipc_py_alloc_kind {
@@ -50,7 +53,9 @@ typedef struct aipc_py_allocation {
   long pid;           /* the process that allocated or imported it */
   int released;       /* given back to the runtime (or forgotten after fork) */
   int registered;     /* in the module's registry */
-  char import_key[AIPC_PY_KEY_LEN]; /* IMPORTED: the key to close */
+  aipc_py_import *import;           /* IMPORTED: its place in the key's order */
+  PyObject *exporter;               /* IMPORTED from this process's own export: the exported
+                                       allocation, kept until the import is closed */
   aipc_py_export_rec *exports;      /* OWNED: live exports of this process */
   size_t nexports;
   size_t exports_cap;
@@ -63,7 +68,7 @@ int aipc_py_allocation_init_type(PyObject *module, aipc_py_state *st);
  * object owns it; on failure (NULL, exception set) the caller still does.
  */
 aipc_py_allocation *aipc_py_allocation_create(aipc_py_state *st, int kind, void *base, size_t size,
-                                              int32_t device, const char *import_key);
+                                              int32_t device, aipc_py_import *import);
 
 static inline int aipc_py_allocation_foreign(const aipc_py_allocation *a) {
   return a->pid != aipc_py_pid();
@@ -73,11 +78,15 @@ static inline int aipc_py_allocation_foreign(const aipc_py_allocation *a) {
  * naming `what` ("DeviceArray", "IpcHandle"). */
 int aipc_py_allocation_check(aipc_py_allocation *a, const char *what);
 
-/* Gives the memory back now: closes the exports, then frees (or closes the
- * import). 0 on success; -1 with *f filled (no Python exception) if the
- * runtime refused, in which case nothing was freed and the allocation stays
- * usable (its exports that did close are forgotten). Releases the GIL. */
-int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py_failure *f);
+/* Gives the memory back now: closes the exports, then frees; an import is
+ * closed once it and every older import of its key are (imports.h). 0 on
+ * success; -1 with *f filled (no Python exception) if the runtime refused,
+ * in which case nothing was freed and the allocation stays usable (its
+ * exports that did close are forgotten). `final` (deallocation: nobody can
+ * retry): a refused import close is retried by the key's next close instead.
+ * Failures releasing older imports of the key, whose objects are gone, are
+ * ResourceWarnings. Releases the GIL. */
+int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py_failure *f, int final);
 
 /* Live export of this allocation with these flags and link, or NULL. */
 aipc_py_export_rec *aipc_py_allocation_find_export(aipc_py_allocation *a, uint64_t flags, int link);
@@ -94,6 +103,9 @@ void aipc_py_allocation_remove_export(aipc_py_allocation *a, const char *key);
  * [lo, hi), or NULL. Borrowed reference. O(log n). BORROWED allocations are
  * never found here: they are not ascend_ipc memory. */
 aipc_py_allocation *aipc_py_registry_find(aipc_py_registry *r, uintptr_t lo, uintptr_t hi);
+/* The usable owned or borrowed allocation of this process that exports key
+ * and holds addr, or NULL. Borrowed reference. */
+aipc_py_allocation *aipc_py_registry_exporter(aipc_py_registry *r, const char *key, uintptr_t addr);
 /* An owned or imported allocation overlapping [lo, hi), or NULL. */
 aipc_py_allocation *aipc_py_registry_overlap(aipc_py_registry *r, uintptr_t lo, uintptr_t hi);
 /* The usable BORROWED allocation with exactly this base, size and device, or NULL. */

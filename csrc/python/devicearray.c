@@ -368,7 +368,7 @@ static PyObject *array_close(PyObject *op, PyObject *unused) {
      * with importers still attached) is an exception, not a warning. */
     aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
     aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-    if (aipc_py_allocation_release(st, alloc, &f) < 0) {
+    if (aipc_py_allocation_release(st, alloc, &f, 0) < 0) {
       if (SELF->alloc == NULL) {
         SELF->alloc = alloc; /* still open: the user can fix the order and retry */
       } else {

@@ -220,8 +220,9 @@ static int check_open(aipc_py_handle *h) {
 
 typedef struct import_call {
   char key[AIPC_PY_KEY_LEN];
-  int32_t mem_device; /* the exporter's device */
-  void *ptr;          /* out: the mapping */
+  int32_t mem_device;     /* the exporter's device */
+  void *ptr;              /* out: the mapping */
+  aipc_py_import *import; /* out: its place in the key's order */
 } import_call;
 
 static void import_by_key(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
@@ -229,7 +230,13 @@ static void import_by_key(const aipc_provider *p, aipc_py_failure *f, int32_t de
   /* Memory of another device is reached through peer access. */
   uint64_t flags =
       device == c->mem_device ? ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT : ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS;
-  (void)aipc_py_note(p, f, AIPC_CALL_NAME(ipc_import_by_key), p->ipc_import_by_key(&c->ptr, c->key, flags));
+  (void)aipc_py_import_open(p, f, c->key, flags, &c->ptr, &c->import);
+}
+
+/* Gives back an import no object took (its close waits for older ones as any other). */
+static void drop_import(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  aipc_py_failure later = AIPC_PY_FAILURE_INIT;
+  (void)aipc_py_import_close(p, f, arg, 0, &later);
 }
 
 static PyObject *handle_open(PyObject *op, PyObject *args, PyObject *kwargs) {
@@ -245,15 +252,20 @@ static PyObject *handle_open(PyObject *op, PyObject *args, PyObject *kwargs) {
   memcpy(c.key, SELF->key, sizeof c.key);
   c.mem_device = SELF->device;
   c.ptr = NULL;
+  c.import = NULL;
   if (aipc_py_call(st, device, import_by_key, &c) < 0) return NULL;
 
   aipc_py_allocation *alloc =
-      aipc_py_allocation_create(st, AIPC_PY_IMPORTED, c.ptr, (size_t)SELF->size, c.mem_device, c.key);
+      aipc_py_allocation_create(st, AIPC_PY_IMPORTED, c.ptr, (size_t)SELF->size, c.mem_device, c.import);
   if (alloc == NULL) {
     aipc_py_failure f = AIPC_PY_FAILURE_INIT; /* the exception set is the one to report */
-    (void)aipc_py_call_released(st->provider, &f, AIPC_PY_NO_DEVICE, aipc_py_close_key, c.key);
+    (void)aipc_py_call_released(st->provider, &f, AIPC_PY_NO_DEVICE, drop_import, c.import);
     return NULL;
   }
+  /* An import of this process's own export: the exported memory must outlive
+   * it (aclrtFree and the export's end wait for it). */
+  aipc_py_allocation *exporter = aipc_py_registry_exporter(&st->registry, c.key, (uintptr_t)c.ptr);
+  if (exporter != NULL && exporter != alloc) alloc->exporter = Py_NewRef((PyObject *)exporter);
   result = aipc_py_array_new(st, alloc, NULL, SELF->dtype, SELF->ndim, SELF->shape, SELF->strides, SELF->offset);
   Py_DECREF(alloc); /* on failure this closes the import */
   return result;
@@ -278,6 +290,13 @@ static PyObject *handle_open_torch(PyObject *op, PyObject *args, PyObject *kwarg
   return result;
 }
 
+/* Ends an export; while this process still holds imports of the key (its
+ * own), the last of them ends it. */
+static void close_export(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *key) {
+  int deferred;
+  (void)aipc_py_export_close(p, f, key, &deferred);
+}
+
 static PyObject *handle_close(PyObject *op, PyObject *unused) {
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
   if (SELF->closed) Py_RETURN_NONE;
@@ -285,7 +304,7 @@ static PyObject *handle_close(PyObject *op, PyObject *unused) {
     char key[AIPC_PY_KEY_LEN];
     memcpy(key, SELF->key, sizeof key);
     aipc_py_allocation *alloc = (aipc_py_allocation *)Py_NewRef((PyObject *)SELF->alloc);
-    if (aipc_py_call(st, AIPC_PY_NO_DEVICE, aipc_py_close_key, key) < 0) {
+    if (aipc_py_call(st, AIPC_PY_NO_DEVICE, close_export, key) < 0) {
       Py_DECREF(alloc);
       return NULL; /* still exported: fix the order and retry */
     }
@@ -472,14 +491,17 @@ static PyMethodDef handle_methods[] = {
     {"open", (PyCFunction)(void (*)(void))handle_open, METH_VARARGS | METH_KEYWORDS,
      "open($self, /, device=None)\n--\n\n"
      "Imports the memory (aclrtIpcMemImportByKey) and returns the view as a\n"
-     "DeviceArray over the same bytes. Each result's close() ends that import\n"
-     "(aclrtIpcMemClose)."},
+     "DeviceArray over the same bytes. Every open() is an import of its own: two\n"
+     "opens give two arrays (two addresses) over the same bytes. Close them in any\n"
+     "order: an import's mapping is released (aclrtIpcMemClose) once it and every\n"
+     "older import of the same key in this process are closed."},
     {"open_torch", (PyCFunction)(void (*)(void))handle_open_torch, METH_VARARGS | METH_KEYWORDS,
      "open_torch($self, /, device=None)\n--\n\n"
      "Like open(), as a zero-copy torch.Tensor (needs torch)."},
     {"close", handle_close, METH_NOARGS,
      "close($self, /)\n--\n\n"
-     "The exporter's handle: ends the export (aclrtIpcMemClose). Any other\n"
+     "The exporter's handle: ends the export (aclrtIpcMemClose; if this process\n"
+     "has imports of its own key open, when the last of them closes). Any other\n"
      "handle: only marks it closed. Imports already open stay valid."},
     {"allow", (PyCFunction)(void (*)(void))handle_allow, METH_VARARGS | METH_KEYWORDS,
      "allow($self, /, *pids, sdid=None)\n--\n\n"

@@ -55,8 +55,9 @@ int aipc_py_check_torch_dtype(PyObject *obj);
  * with TypeError/OverflowError. The caller frees it with PyMem_Free. */
 int32_t *aipc_py_parse_pids(PyObject *obj, Py_ssize_t *n);
 
-/* An aipc_py_released_fn: ends the export or import of key (a
- * char[AIPC_PY_KEY_LEN]) with aclrtIpcMemClose. */
+/* An aipc_py_released_fn: ends the export of key (a char[AIPC_PY_KEY_LEN])
+ * with aclrtIpcMemClose, bypassing the import order of imports.h: only for
+ * an export just made, which nobody can have imported yet. */
 void aipc_py_close_key(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *key);
 
 #endif

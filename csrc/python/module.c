@@ -9,11 +9,16 @@
 #include "allocation.h"
 #include "devicearray.h"
 #include "functions.h"
+#include "imports.h"
 #include "ipchandle.h"
 
 static int module_exec(PyObject *module) {
   aipc_py_state *st = aipc_py_state_of_module(module);
   if (_import_array() < 0) return -1;
+  if (aipc_py_imports_init() < 0) {
+    PyErr_SetString(PyExc_ImportError, "ascend_ipc: cannot install the fork handlers of the import table");
+    return -1;
+  }
   st->provider = aipc_py_select_provider();
   if (st->provider == NULL) return -1;
   if (st->provider->init != NULL) {

@@ -36,7 +36,8 @@
 struct aipc_py_allocation;
 
 /* Live allocations of this process, sorted by base address (duplicates
- * allowed: importing one key twice maps it once). Entries are borrowed: an
+ * allowed: an import of this process's own key may get the exporter's own
+ * address, as the emulator gives). Entries are borrowed: an
  * allocation removes itself when it releases its memory or is deallocated. */
 typedef struct aipc_py_registry {
   struct aipc_py_allocation **items;

@@ -268,6 +268,105 @@ def sleep_then(value, seconds):
     return value
 
 
+# ---------------------------------------------------------------------------- several opens of one key
+
+
+def device_mappings():
+    """How many mappings of emulated device memory this process has: its own allocations
+    and every import (each import is a mapping of its own, until it is released)."""
+    with open("/proc/self/maps") as f:
+        return sum("memfd:ascend_ipc_dev" in line for line in f)
+
+
+def two_opens(handle, order):
+    """Opens handle twice, checks both views share the bytes, then closes them in `order`
+    ("younger first" or "older first"), using the other one after each close.
+
+    Returns (pointers, mappings after each step relative to the start, live allocations
+    relative to the start, what the last survivor read)."""
+    gc.collect()
+    maps0, live0 = device_mappings(), len(aipc._C._live_allocations())
+    older = handle.open()
+    younger = handle.open()
+    ptrs = (older.data_ptr, younger.data_ptr)
+    maps = {"open": device_mappings() - maps0}
+    x_old, x_young = np.from_dlpack(older), np.from_dlpack(younger)
+    x_young[0] = 11  # a write through one is seen through the other
+    assert int(x_old[0]) == 11 and int(older.numpy()[0]) == 11
+    x_old[1] = 22
+    assert int(x_young[1]) == 22
+    del x_old, x_young
+    first, survivor = (younger, older) if order == "younger first" else (older, younger)
+    first.close()
+    maps["first closed"] = device_mappings() - maps0
+    x = np.from_dlpack(survivor)  # still mapped, still the shared bytes
+    x[2] = 33
+    del x
+    seen = survivor.numpy()
+    survivor.close()
+    gc.collect()
+    maps["both closed"] = device_mappings() - maps0
+    return ptrs, maps, len(aipc._C._live_allocations()) - live0, seen
+
+
+def dlpack_outlives_close(handle):
+    """A numpy array from DLPack keeps an import alive after its DeviceArray closed, while a
+    later open of the same key is opened and closed; returns what the array reads at the end
+    and the mapping counts."""
+    gc.collect()
+    maps0 = device_mappings()
+    first = handle.open()
+    x = np.from_dlpack(first)
+    first.close()  # x still holds the import
+    for _ in range(3):
+        later = handle.open()
+        np.from_dlpack(later)[0] += 1
+        later.close()
+    x[1] = -5
+    seen = x.copy()
+    held = device_mappings() - maps0
+    del x
+    gc.collect()
+    return seen, held, device_mappings() - maps0
+
+
+def threads_open_close(handle, threads=4, rounds=200, seed=0):
+    """Threads that open one key, hold the import a random while, check its bytes and close
+    it, in random order; returns the errors and the mapping/live counts relative to the start."""
+    import random
+    import threading
+
+    gc.collect()
+    maps0, live0 = device_mappings(), len(aipc._C._live_allocations())
+    expected = bytes_of(handle)
+    errors = []
+
+    def work(i):
+        rng = random.Random(seed * 100 + i)
+        held = []
+        try:
+            for _ in range(rounds):
+                if held and (len(held) > 3 or rng.random() < 0.5):
+                    b = held.pop(rng.randrange(len(held)))  # any one, not the oldest
+                    if np.from_dlpack(b).tobytes() != expected:
+                        errors.append("wrong bytes")
+                    b.close()
+                else:
+                    held.append(handle.open())
+            for b in held:
+                b.close()
+        except BaseException as e:  # reported to the caller
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    gc.collect()
+    return errors, device_mappings() - maps0, len(aipc._C._live_allocations()) - live0
+
+
 # ---------------------------------------------------------------------------- torch tasks
 
 
@@ -312,6 +411,34 @@ def torch_open_add_all(handles):
         del t
     gc.collect()
     return out
+
+
+def torch_open_then_close_later_opens(handle):
+    """open_torch(), then more opens of the same key (arrays, a tensor, through a copy of
+    the handle) that are closed or dropped first; the first tensor must still work."""
+    import torch
+
+    torch.set_num_threads(1)
+    gc.collect()
+    maps0 = device_mappings()
+    t = handle.open_torch()
+    copy = pickle.loads(pickle.dumps(handle))
+    later = [handle.open(), copy.open(), handle.open()]
+    u = copy.open_torch()
+    later[1].close()
+    later[2].close()
+    del u
+    gc.collect()
+    later[0].close()
+    copy.close()
+    del copy, later
+    gc.collect()
+    held = device_mappings() - maps0  # the tensor's import, and those younger that waited for it
+    t += 1  # still the exporter's bytes
+    seen = t.clone()
+    del t
+    gc.collect()
+    return seen, held, device_mappings() - maps0
 
 
 def torch_recv_tensor(tensor, value):

@@ -65,6 +65,42 @@ def scenario_roundtrip(device: str = "1") -> dict:
     }
 
 
+# --------------------------------------------------------------------------- two opens of one key
+
+
+def child_two_opens(handle, conn):
+    """Two imports of one key, the younger closed first: the older must keep working."""
+    try:
+        older, younger = handle.open(), handle.open()
+        out = {"distinct": older.data_ptr != younger.data_ptr}
+        younger.copy_from(np.arange(8, dtype=np.int32) + 10)  # seen through the other
+        out["older_sees"] = older.numpy().tolist()
+        younger.close()
+        older.copy_from(older.numpy() * 2)  # still mapped: the close waited for it
+        out["after_younger_closed"] = older.numpy().tolist()
+        older.close()
+        out["live"] = len(aipc._C._live_allocations())
+        conn.send(out)
+    except BaseException:
+        conn.send({"error": traceback.format_exc()})
+
+
+def scenario_two_opens() -> dict:
+    ctx = multiprocessing.get_context("spawn")
+    x = aipc.from_numpy(np.zeros(8, dtype=np.int32))
+    h = aipc.export(x)
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=child_two_opens, args=(h, child))
+    p.start()
+    got = parent.recv()
+    p.join(TIMEOUT)
+    got["exporter_sees"] = x.numpy().tolist()
+    got["exitcode"] = p.exitcode
+    h.close()
+    x.close()
+    return got
+
+
 # --------------------------------------------------------------------------- whitelist
 
 

@@ -12,19 +12,26 @@ garbage collection and a short grace period, any of these grew:
   (``ascend_ipc._C._live_allocations()``: owned, imported and borrowed arrays, export
   handles), and each emulated device's used bytes (``mem_info``);
 * **ascend_ipc mappings** (``/proc/self/maps``): mappings of an emulated device's memory
-  that are neither a device arena nor an import window (an import that has a mapping of
-  its own and was never closed);
+  (``memfd:ascend_ipc_dev*``) made during the test and still there, that no live
+  allocation record accounts for. Every ``aclrtMalloc`` allocation is a memfd of its own,
+  mapped inside a ``PROT_NONE`` reservation of its device, and every import is a mapping
+  of exactly its allocation's range, unmapped by the ``aclrtIpcMemClose`` that releases
+  it: one left behind is an import the runtime still maps although nothing uses it (a
+  close that never reached the runtime, e.g. one waiting for an older import of its key
+  that was never closed), or memory the runtime never freed;
+* **ascend_ipc descriptors**: the memfd of each allocation is the exporter's to keep
+  while the allocation lives, so such descriptors may grow by at most the allocations
+  still alive (an importer keeps none);
 * **child processes** (``/proc/<pid>/stat`` whose parent is this process, zombies
   included): a child that the test started and that still exists.
 
 Legitimately long-lived state is not a leak, and is told apart by what it is, not by
 when it appeared:
 
-* the runtime's caches, which are made on first use and bounded: the device arenas
-  (``memfd:ascend_ipc_dev*``), the exporter's server socket, epoll and eventfd, the
-  importer's persistent connections (``SOCK_SEQPACKET`` sockets), the exporters' arena
-  descriptors and release ledgers they hold, and import windows (1 GiB mappings of an
-  exporter's arena, kept idle for reuse);
+* the runtime's caches, which are made on first use and bounded: the device
+  reservations (anonymous, so never counted), the exporter's server socket, epoll and
+  eventfd, the importer's persistent connections (``SOCK_SEQPACKET`` sockets) and the
+  exporters' release ledgers (``memfd:ascend_ipc_ledger``) they hold;
 * the session's worker processes (``aipc_workers.Worker`` objects that are still alive,
   and the queues to them), and multiprocessing's own helpers (the forkserver and the
   resource tracker, and the descriptors leading to them).
@@ -48,7 +55,7 @@ ENABLED = os.environ.get("ASCEND_IPC_LEAKCHECK", "1") != "0"
 GRACE_S = float(os.environ.get("ASCEND_IPC_LEAKCHECK_GRACE", "3"))
 _DEBUG = os.environ.get("ASCEND_IPC_LEAKCHECK_DEBUG", "0") != "0"
 
-_WINDOW = 1 << 30  # csrc/emu/ipc/importer.c: AIPC_WINDOW
+_DEV_MEMFD = "memfd:ascend_ipc_dev"  # csrc/emu/memory.c: the memfd of one allocation
 _SNAPSHOT = pytest.StashKey[dict]()
 _FAILED = pytest.StashKey[bool]()
 
@@ -131,23 +138,17 @@ def _cmdline(pid: int) -> str:
 _MAPS_LINE = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) \S+ ([0-9a-f]+) \S+ \d+\s*(.*)$")
 
 
-def _own_import_mappings() -> set[tuple]:
-    """ascend_ipc device-memory mappings that are not an arena or a window: an import
-    mapped on its own (one that crosses a window boundary, or overlaps another)."""
+def _device_mappings() -> set[tuple]:
+    """(start, size, file offset, name) of every mapping of emulated device memory: this
+    process's own allocations and its imports."""
     out = set()
     try:
         with open("/proc/self/maps") as f:
             for line in f:
                 m = _MAPS_LINE.match(line)
-                if not m or "memfd:ascend_ipc_dev" not in m.group(4):
-                    continue
-                lo, hi, off = int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16)
-                size = hi - lo
-                if size >= 2 * _WINDOW and off == 0:
-                    continue  # this process's own arena (2x a device's capacity)
-                if off % _WINDOW == 0 and size <= _WINDOW:
-                    continue  # an import window
-                out.add((lo, size, off, m.group(4).strip()))
+                if m and _DEV_MEMFD in m.group(4):
+                    lo, hi = int(m.group(1), 16), int(m.group(2), 16)
+                    out.add((lo, hi - lo, int(m.group(3), 16), m.group(4).strip()))
     except OSError:
         pass
     return out
@@ -275,8 +276,8 @@ def _is_mp_helper(pid: int) -> bool:
 
 def _runtime_fd(target: str, seqpacket: set[str]) -> bool:
     """A descriptor the ascend_ipc runtime keeps on purpose (bounded caches)."""
-    if target.startswith("/memfd:ascend_ipc"):
-        return True  # arenas: own, and exporters' cached by the importer; ledgers
+    if target.startswith("/memfd:ascend_ipc_ledger"):
+        return True  # release ledgers shared with exporters and importers
     if target in ("anon_inode:[eventpoll]", "anon_inode:[eventfd]"):
         return True  # the exporter's server thread
     if target.startswith("socket:["):
@@ -291,16 +292,23 @@ def snapshot() -> dict:
         "children": _children(),
         "live": live,
         "used": used,
-        "own_maps": _own_import_mappings(),
+        "maps": _device_mappings(),
     }
 
 
 def problems(before: dict, after: dict) -> list[str]:
     out = []
     allowed_fds, allowed_pids = _long_lived_fds_and_pids()
+    live_after = after["live"] or []
+    # New allocations alive after the test (reported below) account for their memfds.
+    new_owned = max(0, sum(r[3] != "imported" for r in live_after)
+                    - sum(r[3] != "imported" for r in before["live"] or []))
     seq = None
     for fd, target in sorted(after["fds"].items()):
         if before["fds"].get(fd) == target or fd in allowed_fds:
+            continue
+        if target.startswith("/" + _DEV_MEMFD) and new_owned > 0:
+            new_owned -= 1
             continue
         if seq is None:
             seq = _seqpacket_inodes()
@@ -326,7 +334,9 @@ def problems(before: dict, after: dict) -> list[str]:
         for d, (u0, u1) in enumerate(zip(before["used"], after["used"])):
             if u1 > u0:
                 out.append(f"device {d}: {u1 - u0} more bytes in use than before the test")
-    for m in sorted(after["own_maps"] - before["own_maps"]):
+    for m in sorted(after["maps"] - before["maps"]):
+        if any(base <= m[0] and m[0] + m[1] <= base + size for base, size, _, _ in live_after):
+            continue  # the mapping of a live allocation, reported above
         out.append(f"ascend_ipc mapping left behind: {m[1]} bytes at {m[0]:#x} ({m[3]}, offset {m[2]:#x})")
     return out
 

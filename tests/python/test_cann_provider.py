@@ -322,6 +322,17 @@ def test_cross_process_round_trip(python, emu_lib):
     assert got["exitcode"] == 0
 
 
+def test_two_opens_closed_younger_first(python, emu_lib):
+    # CANN's rule, kept by the library: a close releases the key's oldest mapping.
+    got = _scenario(python, emu_lib, "two_opens")
+    assert "error" not in got, got["error"]
+    assert got["distinct"] is True
+    assert got["older_sees"] == list(range(10, 18))
+    assert got["after_younger_closed"] == [2 * i for i in range(10, 18)]
+    assert got["live"] == 0 and got["exitcode"] == 0
+    assert got["exporter_sees"] == [2 * i for i in range(10, 18)]
+
+
 def test_whitelist_refusal_comes_from_the_library(python, emu_lib):
     got = _scenario(python, emu_lib, "whitelist")
     assert got["error"] is None, got["error"]

@@ -73,3 +73,36 @@ def test_raw_os_fork_dealloc_in_child():
     np.testing.assert_array_equal(a.numpy(), np.arange(4))
     with h.open() as b:
         assert b.numpy().tolist() == [0, 1, 2, 3]
+
+
+def test_child_imports_a_key_its_parent_holds(workers):
+    # The child's runtime starts with no imports, and so does the extension's record of
+    # their order: the parent's import of the key must not hold up the child's close.
+    exporter = workers.get("spawn")
+    h = exporter.call(W.export_new, np.arange(4, dtype=np.int32), None, "fork-parent-holds")
+    b = h.open()  # the parent's import, open across the fork
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            maps0 = W.device_mappings()
+            c = h.open()
+            np.from_dlpack(c)[0] = 40
+            opened = W.device_mappings() - maps0
+            c.close()
+            os.write(w, f"{opened} {W.device_mappings() - maps0}".encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(w)
+    try:
+        data = os.read(r, 100)
+    finally:
+        os.close(r)
+        _, code = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(code) == 0
+    assert data == b"1 0"  # the child's import was mapped, then released by its close
+    assert b.numpy().tolist() == [40, 1, 2, 3]  # the parent's import is untouched
+    b.close()
+    exporter.call(W.drop, "fork-parent-holds")

@@ -40,12 +40,13 @@ def test_export_attributes_and_own_import():
     assert h.pid_validation is False and h.torch_dtype is None
     assert h.key not in repr(h) and h.key[:12] in repr(h) and "exporter" in repr(h)
     b1 = h.open()
-    b2 = h.open()
-    assert b1.is_import and b1.data_ptr == b2.data_ptr  # one mapping, counted twice
+    b2 = h.open()  # two imports of one's own key: two arrays over the same bytes
+    assert b1.is_import and b2.is_import and b1 is not b2
     assert (b1.shape, b1.strides, b1.offset) == (v.shape, v.strides, v.offset)
     np.testing.assert_array_equal(b1.numpy(), v.numpy())
     np.from_dlpack(b1)[...] = -1
     np.testing.assert_array_equal(a.numpy()[1:, 1:3], -1)
+    np.testing.assert_array_equal(b2.numpy(), -1)
     b1.close()
     np.testing.assert_array_equal(b2.numpy(), -1)  # the other import is unaffected
     b2.close()
@@ -394,6 +395,70 @@ def test_other_device(worker):
     np.testing.assert_array_equal(worker.call(W.open_read, h, 2), np.arange(6))
     worker.call(W.open_add, h, 1)
     np.testing.assert_array_equal(a.numpy(), np.arange(6) + 1)
+
+
+# ---------------------------------------------------------------------------- several opens of one key
+#
+# Each open() is an import of its own (a mapping of its own), and the runtime's
+# aclrtIpcMemClose(key) releases the key's OLDEST mapping: closing the arrays in any
+# order must never unmap one still in use. The importers here are other processes, as
+# an import of one's own key gets the exporter's own memory.
+
+
+@pytest.mark.parametrize("order", ["younger first", "older first"])
+def test_two_opens_two_mappings_closed_in_any_order(worker, order):
+    a = aipc.from_numpy(np.arange(512, dtype=np.int64))  # one page
+    h = aipc.export(a)
+    ptrs, maps, live_delta, seen = worker.call(W.two_opens, h, order)
+    assert ptrs[0] != ptrs[1]  # two mappings over the same bytes
+    assert maps["open"] == 2
+    # the oldest mapping goes first: a younger one closed first waits for it
+    assert maps["first closed"] == (2 if order == "younger first" else 1)
+    assert maps["both closed"] == 0 and live_delta == 0
+    expected = np.arange(512)
+    expected[:3] = [11, 22, 33]
+    np.testing.assert_array_equal(seen, expected)
+    np.testing.assert_array_equal(a.numpy(), expected)  # the exporter saw every write
+
+
+def test_dlpack_consumer_keeps_the_oldest_import(worker):
+    a = aipc.from_numpy(np.zeros(4, dtype=np.int32))
+    h = aipc.export(a)
+    seen, held, after = worker.call(W.dlpack_outlives_close, h)
+    assert seen.tolist() == [3, -5, 0, 0]  # three later opens wrote, the first still reads
+    assert held == 4 and after == 0
+    assert a.numpy().tolist() == [3, -5, 0, 0]
+
+
+@pytest.mark.timeout(180)
+def test_threads_open_and_close_one_key_in_any_order(workers):
+    w = workers.get("spawn")
+    a = aipc.from_numpy(np.arange(2048, dtype=np.int32))  # two pages
+    h = aipc.export(a)
+    errors, maps, live_delta = w.call(W.threads_open_close, h, 4, 150)
+    assert errors == []
+    assert maps == 0 and live_delta == 0
+
+
+def test_own_import_keeps_the_exported_memory(recwarn):
+    before, free = live(), aipc.mem_info(0)[0]
+    a = aipc.from_numpy(np.arange(4, dtype=np.int64))
+    h = aipc.export(a)
+    b = h.open()
+    copy = pickle.loads(pickle.dumps(h))
+    h.close()  # ends the export once b, an import of it in this process, is closed
+    assert h.closed
+    with pytest.raises(aipc.AclError) as info:
+        copy.open()  # ended: no new imports
+    assert info.value.code == 507022
+    del a, h
+    gc.collect()
+    np.from_dlpack(b)[0] = 7  # the exported memory is b's memory: still there
+    assert b.numpy().tolist() == [7, 1, 2, 3]
+    b.close()
+    assert live() == before
+    assert not [w for w in recwarn if issubclass(w.category, ResourceWarning)]
+    assert aipc.mem_info(0)[0] == free  # freed once the export ended
 
 
 # ---------------------------------------------------------------------------- strict mode

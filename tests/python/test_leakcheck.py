@@ -46,6 +46,21 @@ def test_leaks_an_import():
     KEEP.append(h.open())
     del a
 
+def test_leaks_a_mapping():
+    # two imports of a key of another process; the younger is closed, the older kept: the
+    # younger's mapping stays until the older is closed (a close releases the oldest)
+    p = subprocess.Popen([sys.executable, "-c", CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        key, size = p.stdout.readline().split()
+        h = aipc.IpcHandle(key, int(size), dtype="float64", shape=(3,))
+        older, younger = h.open(), h.open()
+        younger.close()
+        KEEP.append(older)
+    finally:
+        p.stdin.close()
+        p.wait(30)
+        p.stdout.close()
+
 def test_leaks_a_running_child():
     KEEP.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
 
@@ -88,8 +103,8 @@ def test_zz_cleanup():
     KEEP.clear()
 
 def test_runtime_caches_are_not_leaks():
-    # an import from another process leaves a cached connection, the exporter's arena
-    # descriptor and an idle window: bounded caches, by design
+    # an import from another process leaves a cached connection and the ledger it maps:
+    # bounded caches, by design (the import's own mapping goes with its close)
     p = subprocess.Popen([sys.executable, "-c", CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         key, size = p.stdout.readline().split()
@@ -122,10 +137,13 @@ def test_leakcheck_blames_the_leaking_tests_only(tmp_path):
         "test_leaks_device_memory",
         "test_leaks_an_export",
         "test_leaks_an_import",
+        "test_leaks_a_mapping",
         "test_leaks_a_running_child",
         "test_leaks_a_zombie",
     }, out
     assert "file descriptor" in out and "ascend_ipc allocation still alive: owned" in out
     assert "ascend_ipc allocation still alive: imported" in out
+    leaked_mappings = [line for line in out.splitlines() if "ascend_ipc mapping left behind" in line]
+    assert len(leaked_mappings) == 1 and "memfd:ascend_ipc_dev0" in leaked_mappings[0], out
     assert "still running" in out and "zombie" in out
-    assert "12 passed, 7 errors" in out, out  # the leaking tests pass, then error at teardown
+    assert "13 passed, 8 errors" in out, out  # the leaking tests pass, then error at teardown

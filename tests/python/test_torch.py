@@ -183,6 +183,17 @@ def test_every_dtype(worker):
         assert torch.equal(tensors[str(dt)], expected.to(dt)), dt
 
 
+def test_open_torch_outlives_later_opens_of_the_same_key(worker):
+    # Each open is a mapping of its own and a close releases the key's oldest: the
+    # tensor's import (the oldest) must survive the later ones being closed first.
+    t = atorch.from_tensor(torch.arange(6, dtype=torch.int64))
+    h = atorch.share(t)
+    seen, held, after = worker.call(W.torch_open_then_close_later_opens, h)
+    assert seen.tolist() == [1, 2, 3, 4, 5, 6]
+    assert held == 5 and after == 0  # the younger four wait for the tensor's, then all go
+    assert t.tolist() == [1, 2, 3, 4, 5, 6]
+
+
 def test_install_through_a_worker_queue(worker):
     atorch.install()
     worker.call(W.torch_setup)
