@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,7 +72,7 @@ struct aipc__export {
 struct aipc__sconn {
   int fd;
   uint64_t serial; /* never reused; keys the refs map */
-  pid_t pid;       /* SO_PEERCRED at accept */
+  pid_t pid;       /* SO_PEERCRED at accept: who opened it (counted in g.peer_conns) */
   uid_t uid;
   bool dead;       /* closed; freed by the server thread at the end of its batch */
   uint8_t *fd_sent; /* per device: arena fd already sent on this connection */
@@ -104,6 +105,7 @@ static struct exporter_state {
   bool listen_paused;
   aipc__hmap exports; /* {id, 0} -> aipc__export */
   aipc__hmap refs;    /* {export id, conn serial} -> aipc__ref */
+  aipc__hmap peer_conns; /* {pid, 0} -> live connections that pid opened (a count as a pointer) */
   aipc__sconn *sconns, *zombies;
   aipc__export *closing; /* closed exports waiting for importers' releases */
 } g = {
@@ -123,9 +125,15 @@ static const uint8_t dummy_secret[AIPC_SECRET_LEN];
  * at most one per thread waiting on the connection; past this the oldest
  * is forgotten, and a CANCEL of it can no longer be honoured. */
 #define GRANTS_MAX 4096
+/* Connections one process may hold open to this exporter. An importer needs
+ * one (every thread shares it; a lost one is closed before the next); the
+ * cap keeps a runaway or hostile process from taking the exporter's
+ * descriptors, which aclrtMalloc and other importers need. */
+#define PEER_CONNS_MAX 64
 
 static aipc__hkey ekey(uint64_t id) { return (aipc__hkey){id, 0}; }
 static aipc__hkey rkey(uint64_t id, uint64_t serial) { return (aipc__hkey){id, serial}; }
+static aipc__hkey pkey(pid_t pid) { return (aipc__hkey){(uint64_t)(uint32_t)pid, 0}; }
 
 /* ---- exports --------------------------------------------------------------- */
 
@@ -211,9 +219,16 @@ static void export_importers(aipc__export *e, char *buf, size_t cap) {
 
 /* ---- connections ------------------------------------------------------------ */
 
+static size_t peer_conns(pid_t pid) { return (size_t)(uintptr_t)aipc__hmap_get(&g.peer_conns, pkey(pid)); }
+
 static void conn_kill(aipc__sconn *c) {
   if (c->dead) return;
   c->dead = true;
+  size_t n = peer_conns(c->pid);
+  if (n > 1)
+    aipc__hmap_put(&g.peer_conns, pkey(c->pid), (void *)(uintptr_t)(n - 1)); /* replaces: cannot fail */
+  else
+    aipc__hmap_remove(&g.peer_conns, pkey(c->pid));
   while (c->refs) {
     aipc__ref *r = c->refs;
     aipc__export *e = r->exp;
@@ -263,7 +278,7 @@ static int conn_send2(aipc__sconn *c, aipc__msg *m, int fd, int fd2) {
 static bool whitelisted(aipc__export *e, pid_t pid) {
   if (e->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) return true;
   if ((uint32_t)pid == g.pid) return true;
-  return aipc__hmap_get(&e->whitelist, (aipc__hkey){(uint64_t)(uint32_t)pid, 0}) != NULL;
+  return aipc__hmap_get(&e->whitelist, pkey(pid)) != NULL;
 }
 
 static int fd_sent_mark(aipc__sconn *c, int32_t device) {
@@ -573,6 +588,10 @@ static void sweep_closing(void) {
 static aipc__sconn *conn_add(int fd, pid_t pid, uid_t uid) {
   aipc__sconn *c = calloc(1, sizeof *c);
   if (!c) return NULL;
+  if (aipc__hmap_put(&g.peer_conns, pkey(pid), (void *)(uintptr_t)(peer_conns(pid) + 1)) != 0) {
+    free(c);
+    return NULL;
+  }
   c->fd = fd;
   c->serial = ++g.next_serial;
   c->pid = pid;
@@ -581,6 +600,25 @@ static aipc__sconn *conn_add(int fd, pid_t pid, uid_t uid) {
   if (g.sconns) g.sconns->prev = c;
   g.sconns = c;
   return c;
+}
+
+/* Refuses a connection as soon as it is accepted: one ERROR, with request id
+ * 0 since no request was read (it answers whatever the peer asked), then
+ * closed so that the peer still reads it. The peer gets no record, no
+ * ledger, nothing that outlives this call. */
+static void refuse_at_accept(int fd, aclError status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void refuse_at_accept(int fd, aclError status, const char *fmt, ...) {
+  char text[AIPC_PROTO_TEXT_MAX + 1];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  aipc__msg m;
+  aipc__msg_error(&m, 0, status, "%s", text);
+  uint8_t buf[AIPC_PROTO_MAX];
+  size_t len = aipc__proto_encode(&m, buf);
+  (void)aipc__os_send_fds(fd, buf, len, NULL, 0, MSG_DONTWAIT); /* a fresh socket has room */
+  aipc__os_close_after_reply(fd);
 }
 
 static void accept_all(void) {
@@ -598,7 +636,27 @@ static void accept_all(void) {
     pid_t pid;
     uid_t uid;
     aipc__sconn *c = NULL;
-    if (aipc__os_peer_cred(fd, &pid, &uid) != 0 || !(c = conn_add(fd, pid, uid))) {
+    if (aipc__os_peer_cred(fd, &pid, &uid) != 0) {
+      close(fd);
+      continue;
+    }
+    /* Other users are refused before they cost anything; so are a process's
+     * connections beyond the cap. */
+    if (uid != g.euid) {
+      refuse_at_accept(fd, ACL_ERROR_RT_NO_PERMISSION,
+                       "process %d runs as uid %u but the exporter (process %d) runs as uid %u: "
+                       "IPC memory is shared only between processes of the same user",
+                       (int)pid, (unsigned)uid, (int)g.pid, (unsigned)g.euid);
+      continue;
+    }
+    if (peer_conns(pid) >= PEER_CONNS_MAX) {
+      refuse_at_accept(fd, ACL_ERROR_RT_IPC_ERROR,
+                       "process %d already has %d connections open to exporter process %d, the most one process "
+                       "may have (an importer needs one): connection refused",
+                       (int)pid, PEER_CONNS_MAX, (int)g.pid);
+      continue;
+    }
+    if (!(c = conn_add(fd, pid, uid))) {
       close(fd);
       continue;
     }
@@ -747,6 +805,7 @@ static void server_clear(void) {
   g.closing = NULL;
   free_exports(true);
   aipc__hmap_clear(&g.refs);
+  aipc__hmap_clear(&g.peer_conns);
   close_fds();
   g.server_running = false;
   g.stop = false;
@@ -776,6 +835,7 @@ static void server_child_reset(void) {
   g.closing = NULL;
   free_exports(false);
   aipc__hmap_clear(&g.refs);
+  aipc__hmap_clear(&g.peer_conns);
   close_fds(); /* the listening socket above all: it must not keep the parent's name alive */
   g.server_running = false;
   g.stop = false;
@@ -859,9 +919,7 @@ static aclError own_export(const char *call, const aipc__key *k, aipc__export **
   return ACL_SUCCESS;
 }
 
-static int whitelist_add(aipc__export *e, int32_t pid) {
-  return aipc__hmap_put(&e->whitelist, (aipc__hkey){(uint64_t)(uint32_t)pid, 0}, (void *)1);
-}
+static int whitelist_add(aipc__export *e, int32_t pid) { return aipc__hmap_put(&e->whitelist, pkey(pid), (void *)1); }
 
 aclError aipc__exporter_allow(const char *call, const aipc__key *k, const int32_t *pids, size_t num) {
   pthread_mutex_lock(&g.lock);
@@ -1080,12 +1138,17 @@ static const char *audit(void) {
   if (nrefs != g.refs.len) return "the map holds references no export lists";
   for (aipc__export *e = g.closing; e; e = e->cnext)
     if (!e->closed || !e->closing) return "an open export is on the closing list";
+  size_t nconns = 0, counted = 0;
+  for (size_t i = 0; aipc__hmap_next(&g.peer_conns, &i, &k, &v);) counted += (uintptr_t)v;
   for (aipc__sconn *c = g.sconns; c; c = c->next) {
+    nconns++;
+    if (!aipc__hmap_get(&g.peer_conns, pkey(c->pid))) return "a live connection is not counted for its process";
     if (c->dead) return "a closed connection is on the live list";
     if (c->n_grants > GRANTS_MAX) return "a connection remembers too many grants";
     for (aipc__ref *r = c->refs; r; r = r->cnext)
       if (r->conn != c) return "a reference on a connection's list belongs to another connection";
   }
+  if (counted != nconns) return "the per-process connection counts do not add up to the live connections";
   return NULL;
 }
 

@@ -36,7 +36,11 @@
  * it needs exact numbers, and treats them as untrusted input.
  * ERROR          exporter -> importer, body 8 + text_len: i32 status,
  *                u32 text_len, text; sent before the exporter closes a
- *                connection it cannot serve (unsupported protocol version).
+ *                connection it cannot serve: req is the request it answers
+ *                (unsupported protocol version), or 0 when the connection
+ *                itself is refused at accept (another user, too many
+ *                connections from one process), before any request is read:
+ *                it then answers whatever the importer asked.
  *
  * Decoding checks every field: exact lengths, enums and flags in range,
  * reserved fields zero, sizes page-aligned and sane, text printable.
