@@ -75,6 +75,8 @@ struct aipc__sconn {
   pid_t pid;       /* SO_PEERCRED at accept: who opened it (counted in g.peer_conns) */
   uid_t uid;
   bool dead;       /* closed; freed by the server thread at the end of its batch */
+  bool stand_in;        /* test seam: messages carry `sender`, not the kernel's credentials */
+  aipc__os_sender sender;
   uint8_t *fd_sent; /* per device: arena fd already sent on this connection */
   size_t n_fd_sent;
   uint32_t *ledger; /* AIPC_LEDGER_SLOTS counters the importer adds releases to */
@@ -366,7 +368,8 @@ static void grants_add(aipc__sconn *c, uint64_t req, uint64_t export_id) {
   c->n_grants++;
 }
 
-static void handle_import(aipc__sconn *c, const aipc__msg *q) {
+/* q came from `from` (the kernel's record of its sender at send time). */
+static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sender *from) {
   grants_settle(c, q->settled);
   aipc__msg a;
   /* Releases this importer already noted count first (keeps counts small). */
@@ -374,10 +377,12 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q) {
   aipc__export *e = aipc__hmap_get(&g.exports, ekey(q->export_id));
   int secret_ok = aipc__secret_equal(e ? e->secret : dummy_secret, q->secret);
   int fd = -1, ledger_fd = -1;
-  if (c->uid != g.euid) {
-    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION, "process %d runs as uid %u but the exporter (process %d) runs as uid %u: "
-                         "IPC memory is shared only between processes of the same user",
-                         (int)c->pid, (unsigned)c->uid, (int)g.pid, (unsigned)g.euid);
+  if (from->uid != g.euid) {
+    /* Checked per request: a process that changed its uid since it connected is refused now. */
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
+                     "process %d sent this request as uid %u but the exporter (process %d) runs as uid %u: "
+                     "IPC memory is shared only between processes of the same user",
+                     (int)from->pid, (unsigned)from->uid, (int)g.pid, (unsigned)g.euid);
   } else if (!e || !secret_ok) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "key not exported by process %d (closed, never issued, or forged)", (int)g.pid);
   } else if (e->closed) {
@@ -386,11 +391,11 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "importer is on server %u, the exporter on server %u: cross-server import needs the "
                          "super-node fabric; the emulator has none",
                          q->sdid, aipc__config_get()->sdid);
-  } else if (!whitelisted(e, c->pid)) {
+  } else if (!whitelisted(e, from->pid)) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION, "process %d is not on the whitelist of this key: the exporter (process %d) must pass "
                          "it to aclrtIpcMemSetImportPid, or export with "
                          "ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION",
-                         (int)c->pid, (int)g.pid);
+                         (int)from->pid, (int)g.pid);
   } else {
     aipc__mem_rdlock();
     bool freed = e->block->user_freed;
@@ -485,7 +490,8 @@ static void conn_service(aipc__sconn *c, int max) {
     uint8_t buf[AIPC_PROTO_MAX];
     int fds[AIPC_PROTO_MAX_FDS], nfd;
     unsigned seen;
-    ssize_t r = aipc__proto_recv(c->fd, buf, MSG_DONTWAIT, fds, &nfd, &seen);
+    aipc__os_sender from;
+    ssize_t r = aipc__proto_recv_from(c->fd, buf, MSG_DONTWAIT, fds, &nfd, &seen, &from);
     if (r < 0) {
       if (errno == EINTR) {
         i--;
@@ -495,7 +501,10 @@ static void conn_service(aipc__sconn *c, int max) {
       return;
     }
     for (int k = 0; k < nfd; k++) close(fds[k]);
-    if (r == 0 || nfd || seen) {
+    if (c->stand_in) from = c->sender;
+    /* No credentials: SO_PASSCRED (inherited from the listening socket) makes
+     * the kernel attach them to every packet, so this does not happen. */
+    if (r == 0 || nfd || seen || from.pid <= 0) {
       conn_kill(c); /* EOF (the importer is gone), or a packet no importer sends */
       return;
     }
@@ -511,8 +520,10 @@ static void conn_service(aipc__sconn *c, int max) {
       conn_kill(c);
       return;
     }
+    /* Releases and cancels are taken from whoever holds the connection, with
+     * any credentials: they can only give back what the connection holds. */
     if (m.type == AIPC_MSG_IMPORT)
-      handle_import(c, &m);
+      handle_import(c, &m, &from);
     else if (m.type == AIPC_MSG_RELEASE)
       handle_release(c, &m);
     else if (m.type == AIPC_MSG_CANCEL)
@@ -733,6 +744,9 @@ static aclError server_start(const char *call) {
   if (g.listen_fd < 0) goto fail;
   what = "bind";
   if (bind(g.listen_fd, (struct sockaddr *)&sa, salen) != 0) goto fail;
+  what = "setsockopt(SO_PASSCRED)";
+  /* Every packet then carries its sender's credentials, checked per request. */
+  if (aipc__os_pass_credentials(g.listen_fd) != 0) goto fail;
   what = "listen";
   if (listen(g.listen_fd, LISTEN_BACKLOG) != 0) goto fail;
   what = "epoll_create1";
@@ -1075,9 +1089,21 @@ void aipc__exporter_stop_server(void) { server_stop_thread(); }
 uint64_t aipc__exporter_adopt(int fd, pid_t pid, uid_t uid) {
   pthread_mutex_lock(&g.lock);
   aipc__sconn *c = conn_add(fd, pid, uid);
+  if (c) {
+    c->stand_in = true;
+    c->sender = (aipc__os_sender){.pid = pid, .uid = uid, .gid = getegid()};
+  }
   uint64_t serial = c ? c->serial : 0;
   pthread_mutex_unlock(&g.lock);
   return serial;
+}
+
+void aipc__exporter_impersonate(uint64_t serial, pid_t pid, uid_t uid) {
+  pthread_mutex_lock(&g.lock);
+  aipc__sconn *c = g.sconns;
+  while (c && c->serial != serial) c = c->next;
+  if (c && c->stand_in) c->sender = (aipc__os_sender){.pid = pid, .uid = uid, .gid = getegid()};
+  pthread_mutex_unlock(&g.lock);
 }
 
 bool aipc__exporter_serve(uint64_t serial, int max) {

@@ -121,6 +121,11 @@ aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg
 ssize_t aipc__proto_recv(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int fds[AIPC_PROTO_MAX_FDS],
                          int *nfds, unsigned *seen);
 
+/* The same, and the sender's credentials (aipc__os_recv_fds_from): for a
+ * socket with SO_PASSCRED. */
+ssize_t aipc__proto_recv_from(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int fds[AIPC_PROTO_MAX_FDS],
+                              int *nfds, unsigned *seen, aipc__os_sender *from);
+
 /* Sets m's text (truncated to AIPC_PROTO_TEXT_MAX, non-printables replaced). */
 void aipc__proto_set_text(aipc__msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
