@@ -62,7 +62,7 @@ struct aipc__export {
   uint64_t refs_total; /* importer references, own-process ones included */
   uint32_t self_refs;  /* imports by this process of its own key */
   aipc__ref *refs;     /* per importer connection */
-  aipc__hmap whitelist; /* pid -> (void *)1 */
+  aipc__hmap whitelist; /* pid -> its process's start time (wl_bound), or WL_NOBODY */
   aipc__rpeer *remote;  /* ImportPidInterServer entries of other servers */
   size_t n_remote, cap_remote;
   bool closing;         /* closed with importers left: in g.closing */
@@ -75,6 +75,11 @@ struct aipc__sconn {
   pid_t pid;       /* SO_PEERCRED at accept: who opened it (counted in g.peer_conns) */
   uid_t uid;
   bool dead;       /* closed; freed by the server thread at the end of its batch */
+  /* The start time last read for a pid that sent on this connection: a
+   * process with that pid sending here later is the same process, since a
+   * recycled pid would need this very socket handed to it. */
+  pid_t start_pid; /* 0: none read yet */
+  uint64_t start;
   bool stand_in;        /* test seam: messages carry `sender`, not the kernel's credentials */
   aipc__os_sender sender;
   uint8_t *fd_sent; /* per device: arena fd already sent on this connection */
@@ -132,6 +137,13 @@ static const uint8_t dummy_secret[AIPC_SECRET_LEN];
  * cap keeps a runaway or hostile process from taking the exporter's
  * descriptors, which aclrtMalloc and other importers need. */
 #define PEER_CONNS_MAX 64
+
+/* Whitelist entries: the start time of the process that had the pid when the
+ * exporter whitelisted it, stored in the pointer; WL_NOBODY when no process
+ * had it (the entry then matches no process). */
+_Static_assert(sizeof(uintptr_t) >= sizeof(uint64_t), "start times are kept in pointers");
+#define WL_NOBODY ((void *)1)
+static void *wl_bound(uint64_t start) { return (void *)(uintptr_t)(start + 2); }
 
 static aipc__hkey ekey(uint64_t id) { return (aipc__hkey){id, 0}; }
 static aipc__hkey rkey(uint64_t id, uint64_t serial) { return (aipc__hkey){id, serial}; }
@@ -277,10 +289,30 @@ static int conn_send2(aipc__sconn *c, aipc__msg *m, int fd, int fd2) {
   return aipc__os_send_fds(c->fd, buf, len, fds, nfd, MSG_DONTWAIT) == (ssize_t)len ? 0 : -1;
 }
 
-static bool whitelisted(aipc__export *e, pid_t pid) {
-  if (e->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) return true;
-  if ((uint32_t)pid == g.pid) return true;
-  return aipc__hmap_get(&e->whitelist, pkey(pid)) != NULL;
+/* The start time of process pid, which just sent on c. 0 or -1. */
+static int sender_start(aipc__sconn *c, pid_t pid, uint64_t *start) {
+  if (c->start_pid == pid) {
+    *start = c->start;
+    return 0;
+  }
+  if (aipc__os_process_start(pid, start) != 0) return -1;
+  c->start_pid = pid;
+  c->start = *start;
+  return 0;
+}
+
+typedef enum { WL_YES, WL_NOT_LISTED, WL_NEVER_RAN, WL_GONE } wl_verdict;
+
+/* Whether process pid, sender of a request on c, may import e. */
+static wl_verdict whitelisted(aipc__sconn *c, aipc__export *e, pid_t pid) {
+  if (e->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) return WL_YES;
+  if ((uint32_t)pid == g.pid) return WL_YES; /* alive, so no other process has its pid */
+  void *v = aipc__hmap_get(&e->whitelist, pkey(pid));
+  if (!v) return WL_NOT_LISTED;
+  if (v == WL_NOBODY) return WL_NEVER_RAN;
+  uint64_t now;
+  if (sender_start(c, pid, &now) != 0 || wl_bound(now) != v) return WL_GONE;
+  return WL_YES;
 }
 
 static int fd_sent_mark(aipc__sconn *c, int32_t device) {
@@ -377,6 +409,7 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
   aipc__export *e = aipc__hmap_get(&g.exports, ekey(q->export_id));
   int secret_ok = aipc__secret_equal(e ? e->secret : dummy_secret, q->secret);
   int fd = -1, ledger_fd = -1;
+  wl_verdict wl = WL_YES;
   if (from->uid != g.euid) {
     /* Checked per request: a process that changed its uid since it connected is refused now. */
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
@@ -391,11 +424,21 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "importer is on server %u, the exporter on server %u: cross-server import needs the "
                          "super-node fabric; the emulator has none",
                          q->sdid, aipc__config_get()->sdid);
-  } else if (!whitelisted(e, from->pid)) {
+  } else if ((wl = whitelisted(c, e, from->pid)) == WL_NOT_LISTED) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION, "process %d is not on the whitelist of this key: the exporter (process %d) must pass "
                          "it to aclrtIpcMemSetImportPid, or export with "
                          "ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION",
                          (int)from->pid, (int)g.pid);
+  } else if (wl == WL_NEVER_RAN) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
+                     "pid %d is on the whitelist of this key, but no process had that pid when the exporter (process %d) "
+                     "whitelisted it, so the entry matches no process: whitelist a running process",
+                     (int)from->pid, (int)g.pid);
+  } else if (wl == WL_GONE) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
+                     "pid %d was whitelisted for this key, but the process that had it then is gone: pid %d now names "
+                     "another process, started after the exporter (process %d) whitelisted it, and that one is refused",
+                     (int)from->pid, (int)from->pid, (int)g.pid);
   } else {
     aipc__mem_rdlock();
     bool freed = e->block->user_freed;
@@ -933,15 +976,73 @@ static aclError own_export(const char *call, const aipc__key *k, aipc__export **
   return ACL_SUCCESS;
 }
 
-static int whitelist_add(aipc__export *e, int32_t pid) { return aipc__hmap_put(&e->whitelist, pkey(pid), (void *)1); }
+/*
+ * The whitelist entry for pid: bound to the process that has the pid now,
+ * by its start time, so that a process given the pid after this one ends
+ * is refused. No process has it: an entry that matches none (CANN accepts
+ * such pids; a process that gets the pid later is not the one meant).
+ * Read before g.lock is taken: /proc is slow.
+ */
+static aclError whitelist_value(const char *call, int32_t pid, void **value) {
+  uint64_t start;
+  if (aipc__os_process_start(pid, &start) == 0) {
+    *value = wl_bound(start);
+    return ACL_SUCCESS;
+  }
+  if (errno == ESRCH) {
+    *value = WL_NOBODY;
+    return ACL_SUCCESS;
+  }
+  if (errno == ENOSYS)
+    return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR,
+                      "%s: cannot tell which process has pid %d: /proc is not mounted, and the whitelist binds each pid "
+                      "to its process's start time there",
+                      call, (int)pid);
+  return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: cannot read the start time of process %d: %s", call, (int)pid,
+                    strerror(errno));
+}
+
+static int whitelist_add(aipc__export *e, int32_t pid, void *value) {
+  /* Setting a pid again binds it to the process that has it now. */
+  return aipc__hmap_put(&e->whitelist, pkey(pid), value);
+}
+
+/* The whitelist values of pids (whitelist_value), in a new array, or a recorded error. */
+static aclError whitelist_values(const char *call, const aipc__key *k, const int32_t *pids, size_t num,
+                                 void ***out) {
+  *out = NULL;
+  if (!aipc__exporter_owns(k)) { /* the cheap refusal before any /proc read */
+    pthread_mutex_lock(&g.lock);
+    aipc__export *e;
+    aclError rc = own_export(call, k, &e);
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+  }
+  void **v = malloc((num ? num : 1) * sizeof *v);
+  if (!v) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+  for (size_t i = 0; i < num; i++) {
+    aclError rc = whitelist_value(call, pids[i], &v[i]);
+    if (rc != ACL_SUCCESS) {
+      free(v);
+      return rc;
+    }
+  }
+  *out = v;
+  return ACL_SUCCESS;
+}
 
 aclError aipc__exporter_allow(const char *call, const aipc__key *k, const int32_t *pids, size_t num) {
+  void **values;
+  aclError rc = whitelist_values(call, k, pids, num, &values);
+  if (rc != ACL_SUCCESS) return rc;
   pthread_mutex_lock(&g.lock);
   aipc__export *e = NULL;
-  aclError rc = own_export(call, k, &e);
+  rc = own_export(call, k, &e);
   for (size_t i = 0; rc == ACL_SUCCESS && i < num; i++)
-    if (whitelist_add(e, pids[i]) != 0) rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+    if (whitelist_add(e, pids[i], values[i]) != 0)
+      rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
   pthread_mutex_unlock(&g.lock);
+  free(values);
   return rc;
 }
 
@@ -960,17 +1061,37 @@ static int remote_add(aipc__export *e, uint32_t sdid, int32_t pid) {
 
 aclError aipc__exporter_allow_servers(const char *call, const aipc__key *k, const aclrtServerPid *servers,
                                       size_t num, uint32_t here) {
+  /* This server's pids, in order, bound to their processes first. */
+  size_t nlocal = 0;
+  for (size_t i = 0; i < num; i++)
+    if (servers[i].sdid == here) nlocal += servers[i].num;
+  int32_t *local = calloc(nlocal ? nlocal : 1, sizeof *local);
+  if (!local) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+  nlocal = 0;
+  for (size_t i = 0; i < num; i++)
+    if (servers[i].sdid == here)
+      for (size_t j = 0; j < servers[i].num; j++) local[nlocal++] = servers[i].pid[j];
+  void **values;
+  aclError rc = whitelist_values(call, k, local, nlocal, &values);
+  if (rc != ACL_SUCCESS) {
+    free(local);
+    return rc;
+  }
   pthread_mutex_lock(&g.lock);
   aipc__export *e = NULL;
-  aclError rc = own_export(call, k, &e);
+  rc = own_export(call, k, &e);
+  size_t next_local = 0;
   for (size_t i = 0; rc == ACL_SUCCESS && i < num; i++) {
     const aclrtServerPid *sp = &servers[i];
     for (size_t j = 0; rc == ACL_SUCCESS && j < sp->num; j++) {
-      int bad = sp->sdid == here ? whitelist_add(e, sp->pid[j]) : remote_add(e, sp->sdid, sp->pid[j]);
+      int bad = sp->sdid == here ? whitelist_add(e, sp->pid[j], values[next_local++])
+                                 : remote_add(e, sp->sdid, sp->pid[j]);
       if (bad) rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
     }
   }
   pthread_mutex_unlock(&g.lock);
+  free(values);
+  free(local);
   return rc;
 }
 
