@@ -87,9 +87,9 @@ int aipc__os_pass_credentials(int sock);
 /*
  * Closes a connected SEQPACKET socket so that the peer still reads what was
  * sent to it: no more input (the peer's sends fail with EPIPE), what the
- * peer had queued is discarded (descriptors in it too), then close. Closing
- * with unread input would make the peer's next receive fail with ECONNRESET
- * instead of returning our last packet.
+ * peer had queued is discarded (descriptors in it too; up to 64 packets),
+ * then close. Closing with unread input would make the peer's next receive
+ * fail with ECONNRESET instead of returning our last packet.
  */
 void aipc__os_close_after_reply(int sock);
 
