@@ -16,7 +16,9 @@
  *   - a root importer that drops to nobody is refused on its next import
  *     over the same connection; it can still give back what it holds, and
  *     nothing else;
- *   - an ERROR with request id 0 answers the import waiting for a reply.
+ *   - an ERROR with request id 0 answers the import waiting for a reply;
+ *   - the platform layer: credentials and descriptors received together,
+ *     a start time read past a process name made of ')' and spaces.
  *
  * White-box: linked with libaipc_internal.a for the exporter's counts and
  * audit (exporter.h). Tests that run a child as another user need root and
@@ -25,6 +27,7 @@
 #define _GNU_SOURCE
 #include <grp.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -680,4 +683,73 @@ TEST(error_with_id_0_fails_the_waiting_import_with_its_status) {
   CHECK_EQ(th_wait(pid), 0);
   close(ls);
   chan_close(&c);
+}
+
+/* ---- the platform layer ------------------------------------------------------------ */
+
+TEST(credentials_and_descriptors_arrive_together) {
+  int sv[2];
+  CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0);
+  CHECK(aipc__os_pass_credentials(sv[0]) == 0);
+  int two[2] = {0, 1};
+  uint8_t b[8] = "request";
+  CHECK(raw_send_fds(sv[1], b, sizeof b, two, 2) == (ssize_t)sizeof b);
+  uint8_t in[64];
+  int fds[AIPC_OS_FDS_MAX], nfd = -1;
+  unsigned seen = 99;
+  aipc__os_sender from;
+  CHECK_EQ(aipc__os_recv_fds_from(sv[0], in, sizeof in, 0, fds, &nfd, &seen, &from), sizeof b);
+  /* both fit: nothing cut, nothing odd */
+  CHECK_EQ(seen, 0);
+  CHECK_EQ(nfd, 2);
+  CHECK_EQ(from.pid, getpid());
+  CHECK_EQ(from.uid, getuid());
+  CHECK_EQ(from.gid, getgid());
+  for (int i = 0; i < nfd; i++) close(fds[i]);
+  /* a caller that asks for no credentials sees them as unexpected */
+  CHECK(raw_send(sv[1], b, sizeof b, -1) == (ssize_t)sizeof b);
+  CHECK_EQ(aipc__os_recv_fds(sv[0], in, sizeof in, 0, fds, &nfd, &seen), sizeof b);
+  CHECK_EQ(seen, AIPC_RECV_ODD);
+  close(sv[0]);
+  close(sv[1]);
+}
+
+static int renamed_child(chan *c, void *arg) {
+  (void)arg;
+  /* what a hostile process might call itself: ')' and spaces, 15 characters */
+  CHECK(prctl(PR_SET_NAME, ") 1 2 (3) 4 5 6") == 0);
+  send_int(c->up[1], 1);
+  CHECK_EQ(recv_int(c->down[0]), 1);
+  return 0;
+}
+
+TEST(process_start_time_survives_a_hostile_name) {
+  uint64_t self = 0, again = 0;
+  CHECK(aipc__os_process_start(getpid(), &self) == 0);
+  CHECK(aipc__os_process_start(getpid(), &again) == 0);
+  CHECK(self > 0 && self == again);
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, renamed_child, NULL);
+  uint64_t before = 0, after = 0;
+  CHECK(aipc__os_process_start(pid, &before) == 0);
+  CHECK_EQ(recv_int(c.up[0]), 1);
+  char path[64], text[1024] = {0};
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  CHECK(f && fgets(text, sizeof text, f));
+  fclose(f);
+  fprintf(stderr, "  %.60s...\n", text);
+  CHECK(strstr(text, "() 1 2 (3) 4 5 6)") != NULL);
+  /* the name changed, the start time read past it did not */
+  CHECK(aipc__os_process_start(pid, &after) == 0);
+  CHECK_EQ(after, before);
+  CHECK(after >= self);
+  send_int(c.down[1], 1);
+  CHECK_EQ(th_wait(pid), 0);
+  chan_close(&c);
+  /* gone: ESRCH */
+  errno = 0;
+  CHECK(aipc__os_process_start(pid, &after) == -1 && errno == ESRCH);
+  CHECK(aipc__os_process_start(0, &after) == -1 && errno == ESRCH);
 }
