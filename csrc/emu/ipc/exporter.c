@@ -8,12 +8,17 @@
  * done under the lock, an exporter's aclrtIpcMemClose can process what an
  * importer already sent (its RELEASE, its EOF) before it decides, in order
  * and without racing the thread (export_drain).
+ *
+ * Who is served is decided from what the kernel says: the peer's uid at
+ * accept (SO_PEERCRED; other users are refused there), and the sender's
+ * uid and pid with every IMPORT (SCM_CREDENTIALS), the pid bound to its
+ * process by start time. docs/design-ipc.md, "Security model".
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <semaphore.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,8 +441,8 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
                      (int)from->pid, (int)g.pid);
   } else if (wl == WL_GONE) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
-                     "pid %d was whitelisted for this key, but the process that had it then is gone: pid %d now names "
-                     "another process, started after the exporter (process %d) whitelisted it, and that one is refused",
+                     "pid %d was whitelisted for this key, but the process that had it then is gone: the process "
+                     "sending as pid %d now is another one, and is refused (the exporter is process %d)",
                      (int)from->pid, (int)from->pid, (int)g.pid);
   } else {
     aipc__mem_rdlock();
