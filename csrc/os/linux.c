@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -104,10 +106,12 @@ ssize_t aipc__os_send_fds(int sock, const void *buf, size_t len, const int *fds,
   return r;
 }
 
-ssize_t aipc__os_recv_fds(int sock, void *buf, size_t cap, int flags, int fds[AIPC_OS_FDS_MAX], int *nfds,
-                          unsigned *seen) {
+ssize_t aipc__os_recv_fds_from(int sock, void *buf, size_t cap, int flags, int fds[AIPC_OS_FDS_MAX], int *nfds,
+                               unsigned *seen, aipc__os_sender *from) {
+  /* Room for both: the credentials a SO_PASSCRED socket always gets, and
+   * the descriptors a peer may attach (more than fit is MSG_CTRUNC). */
   union {
-    char b[CMSG_SPACE(sizeof(int) * AIPC_OS_FDS_MAX)];
+    char b[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int) * AIPC_OS_FDS_MAX)];
     struct cmsghdr align;
   } ctl;
   struct iovec iov = {buf, cap};
@@ -119,9 +123,21 @@ ssize_t aipc__os_recv_fds(int sock, void *buf, size_t cap, int flags, int fds[AI
   mh.msg_controllen = sizeof ctl.b;
   *nfds = 0;
   *seen = 0;
+  if (from) memset(from, 0, sizeof *from);
   ssize_t r = recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
   if (r < 0) return r;
+  bool got_cred = false;
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS && from && !got_cred &&
+        cm->cmsg_len == CMSG_LEN(sizeof(struct ucred))) {
+      struct ucred cr;
+      memcpy(&cr, CMSG_DATA(cm), sizeof cr);
+      from->pid = cr.pid;
+      from->uid = cr.uid;
+      from->gid = cr.gid;
+      got_cred = true;
+      continue;
+    }
     if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
       *seen |= AIPC_RECV_ODD;
       continue;
@@ -141,12 +157,98 @@ ssize_t aipc__os_recv_fds(int sock, void *buf, size_t cap, int flags, int fds[AI
   return r;
 }
 
+ssize_t aipc__os_recv_fds(int sock, void *buf, size_t cap, int flags, int fds[AIPC_OS_FDS_MAX], int *nfds,
+                          unsigned *seen) {
+  return aipc__os_recv_fds_from(sock, buf, cap, flags, fds, nfds, seen, NULL);
+}
+
 int aipc__os_peer_cred(int sock, pid_t *pid, uid_t *uid) {
   struct ucred cr;
   socklen_t cl = sizeof cr;
   if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0) return -1;
   *pid = cr.pid;
   *uid = cr.uid;
+  return 0;
+}
+
+int aipc__os_pass_credentials(int sock) {
+  int one = 1;
+  return setsockopt(sock, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
+}
+
+void aipc__os_close_after_reply(int sock) {
+  shutdown(sock, SHUT_RDWR);
+  /* After the shutdown the peer cannot queue more. Without a control
+   * buffer, descriptors it attached are dropped, not installed. A peer that
+   * queued more than a well-behaved one would (one request per thread) gets
+   * the reset: no one makes us drain its whole send buffer. */
+  char b[1];
+  for (int i = 0; i < 64; i++) {
+    ssize_t r = recv(sock, b, sizeof b, MSG_DONTWAIT | MSG_TRUNC);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+  }
+  close(sock);
+}
+
+/* After the last ')': the command name may hold spaces and parentheses. */
+static int parse_start(const char *text, size_t len, uint64_t *start) {
+  const char *p = memrchr(text, ')', len);
+  if (!p) return -1;
+  const char *end = text + len;
+  p++;
+  /* fields 3 (state) ... 22 (starttime): skip 19, read the 20th */
+  for (int field = 3; field <= 22; field++) {
+    while (p < end && *p == ' ') p++;
+    if (p == end) return -1;
+    const char *tok = p;
+    while (p < end && *p != ' ' && *p != '\n') p++;
+    if (field < 22) continue;
+    uint64_t v = 0;
+    for (const char *q = tok; q < p; q++) {
+      if (*q < '0' || *q > '9' || v > (UINT64_MAX - 9) / 10) return -1;
+      v = v * 10 + (uint64_t)(*q - '0');
+    }
+    if (p == tok) return -1;
+    *start = v;
+    return 0;
+  }
+  return -1;
+}
+
+int aipc__os_process_start(pid_t pid, uint64_t *start) {
+  if (pid <= 0) {
+    errno = ESRCH;
+    return -1;
+  }
+  char path[48];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    /* No such entry: the process does not exist, unless /proc is not there at all. */
+    if (e == ENOENT) e = access("/proc/self/stat", R_OK) == 0 ? ESRCH : ENOSYS;
+    errno = e;
+    return -1;
+  }
+  char text[2048]; /* 52 numeric fields and the name; a full buffer is an error */
+  size_t len = 0;
+  for (;;) {
+    ssize_t r = read(fd, text + len, sizeof text - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      close(fd);
+      errno = e; /* ESRCH: the process went between open and read */
+      return -1;
+    }
+    if (r == 0 || (len += (size_t)r) == sizeof text) break;
+  }
+  close(fd);
+  if (len == sizeof text || parse_start(text, len, start) != 0) {
+    errno = EPROTO;
+    return -1;
+  }
   return 0;
 }
 

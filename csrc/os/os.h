@@ -56,6 +56,13 @@ const char *aipc__os_fd_limit_text(char *buf, size_t cap);
 #define AIPC_RECV_FDS_DROPPED 2u /* MSG_CTRUNC: descriptors were sent that did not arrive
                                     (the receiver out of descriptors, or more than fit) */
 
+/* Who sent a packet, as the kernel recorded it at send time (SCM_CREDENTIALS). */
+typedef struct aipc__os_sender {
+  pid_t pid; /* 0: the packet carried no credentials */
+  uid_t uid; /* one of the sender's real, effective or saved uids (the real one unless it chose) */
+  gid_t gid;
+} aipc__os_sender;
+
 /*
  * Sends one packet of len bytes with nfds (0..2) descriptors attached
  * (SCM_RIGHTS), with the given send flags plus MSG_NOSIGNAL; retries on
@@ -70,8 +77,40 @@ ssize_t aipc__os_send_fds(int sock, const void *buf, size_t len, const int *fds,
  */
 ssize_t aipc__os_recv_fds(int sock, void *buf, size_t cap, int flags, int fds[AIPC_OS_FDS_MAX], int *nfds,
                           unsigned *seen);
-/* The kernel's view of the peer of a connected Unix socket (SO_PEERCRED). 0 or -1. */
+/*
+ * The same, and the sender's credentials: on a socket with SO_PASSCRED the
+ * kernel attaches them to every packet (SCM_CREDENTIALS) and they land in
+ * *from (pid 0 when none came). Without from, credentials count as
+ * AIPC_RECV_ODD like any other unexpected control message.
+ */
+ssize_t aipc__os_recv_fds_from(int sock, void *buf, size_t cap, int flags, int fds[AIPC_OS_FDS_MAX], int *nfds,
+                               unsigned *seen, aipc__os_sender *from);
+/* The kernel's view of the peer of a connected Unix socket (SO_PEERCRED: its
+ * pid and effective uid when it connected). 0 or -1. */
 int aipc__os_peer_cred(int sock, pid_t *pid, uid_t *uid);
+/* SO_PASSCRED: every packet received on sock, and on the connections a
+ * listening sock accepts, carries its sender's credentials. 0 or -1. */
+int aipc__os_pass_credentials(int sock);
+/*
+ * Closes a connected SEQPACKET socket so that the peer still reads what was
+ * sent to it: no more input (the peer's sends fail with EPIPE), what the
+ * peer had queued is discarded (descriptors in it too; up to 64 packets),
+ * then close. Closing with unread input would make the peer's next receive
+ * fail with ECONNRESET instead of returning our last packet.
+ */
+void aipc__os_close_after_reply(int sock);
+
+/* ---- processes ------------------------------------------------------------ */
+
+/*
+ * The start time of process pid (field 22 of /proc/<pid>/stat, in clock
+ * ticks since boot): with the pid, it names one process for the life of
+ * the system, since a pid is reused only by a process started later (one
+ * started within the same tick, 10 ms, would look the same). 0, or
+ * -1 with errno: ESRCH when no process has that pid, ENOSYS when /proc is
+ * not mounted, EPROTO when the file cannot be parsed, or what open/read said.
+ */
+int aipc__os_process_start(pid_t pid, uint64_t *start);
 
 /* ---- waiting on many descriptors -------------------------------------------- */
 

@@ -8,13 +8,21 @@
  * is deterministic. Each input is a script for one importer connection (a
  * socketpair whose server end is registered like an accepted connection):
  *
- *   byte 0        who the peer is: the whitelisted pid, the exporter's own
- *                 pid, or a stranger; bit 4: another uid
+ *   byte 0        who the peer is (low nibble mod 5): the whitelisted pid,
+ *                 the exporter's own pid, a stranger, a ghost (a process
+ *                 whitelisted on export 1 while it ran, gone since: its
+ *                 entry no longer matches), or a sender with no
+ *                 credentials; bit 4: another uid. The seam stands in for
+ *                 the kernel's SCM_CREDENTIALS; the friend and the stranger
+ *                 are real processes (helpers that wait), so their
+ *                 whitelist entries bind to their start times
  *   then ops      raw packets, well-formed IMPORT / RELEASE (replayed,
  *                 forged, with descriptors attached), writes into the
  *                 release ledger the exporter shared, service steps, reads
- *                 of the replies, and the exporter's own calls (close,
- *                 import of its own key, whitelist, attributes) in between
+ *                 of the replies, the peer changing its credentials
+ *                 mid-connection (a setuid, or the socket handed to another
+ *                 process), and the exporter's own calls (close, import of
+ *                 its own key, whitelist, attributes) in between
  *
  * Checked after every step: the exporter's books balance (per export,
  * references by connection + its own = the total; every reference is in
@@ -26,13 +34,17 @@
  * back to where it started (no block stays pinned).
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -64,10 +76,34 @@ typedef struct fz_export {
 
 static fz_export fz_ex[FZ_EXPORTS];
 static int fz_ready;
-static int32_t fz_friend = 4242; /* a pid on the whitelists */
-static int32_t fz_stranger = 999999; /* a pid on none, until an input puts it there */
+static int32_t fz_friend;   /* a pid on the whitelists (a helper process) */
+static int32_t fz_stranger; /* a pid on none, until an input puts it there (a helper process) */
+static int32_t fz_ghost;     /* whitelisted on export 1 while it ran, then gone (fz_haunt) */
+static int fz_haunted;       /* export 1 has its ghost: made when a peer first needs it (forks are slow) */
 static size_t fz_free0[2];
 static int fz_devnull = -1;
+
+/* A process that waits until the fuzzer ends. */
+static pid_t fz_helper(void) {
+  pid_t p = fork();
+  FUZZ_CHECK(p >= 0);
+  if (p == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (;;) pause();
+  }
+  return p;
+}
+
+/* A new ghost for export x: a process whitelisted while it runs, then gone,
+ * so that x's entry names a process that no longer exists. */
+static void fz_haunt(fz_export *x) {
+  pid_t g = fz_helper();
+  FUZZ_CHECK(aipc__emu_ipc_set_import_pid(x->key, &g, 1) == ACL_SUCCESS);
+  kill(g, SIGKILL);
+  FUZZ_CHECK(waitpid(g, NULL, 0) == g);
+  fz_ghost = g;
+  fz_haunted = 1;
+}
 
 static void fz_export_slot(int i) {
   fz_export *x = &fz_ex[i];
@@ -79,6 +115,7 @@ static void fz_export_slot(int i) {
   FUZZ_CHECK(aipc__emu_ipc_get_export_key(x->ptr, x->size, x->key, FZ_KEYLEN, flags) == ACL_SUCCESS);
   x->whitelist = i == 3 ? 0 : 1;
   if (i == 1) FUZZ_CHECK(aipc__emu_ipc_set_import_pid(x->key, &fz_friend, 1) == ACL_SUCCESS);
+  if (i == 1) fz_haunted = 0; /* a new export: its ghost comes when a peer needs it */
   aipc__key k;
   FUZZ_CHECK(aipc__key_parse("fuzz", x->key, &k) == ACL_SUCCESS);
   x->id = k.export_id;
@@ -89,6 +126,8 @@ static void fz_export_slot(int i) {
 }
 
 static void fz_setup(void) {
+  fz_friend = fz_helper();
+  fz_stranger = fz_helper();
   setenv("ASCEND_IPC_EMU_DEVICES", "2", 1);
   setenv("ASCEND_IPC_EMU_MEMORY", "64M", 1);
   setenv("ASCEND_IPC_STRICT", "0", 1);
@@ -101,6 +140,7 @@ static void fz_setup(void) {
     FUZZ_CHECK(aipc__emu_get_mem_info(ACL_HBM_MEM, &fz_free0[d], &tot) == ACL_SUCCESS);
   }
   for (int i = 0; i < FZ_EXPORTS; i++) fz_export_slot(i);
+  fz_haunt(&fz_ex[1]);
   /* from here on this thread is the server: one step at a time */
   aipc__exporter_stop_server();
   fz_devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -142,7 +182,7 @@ static void fz_send(int sock, const uint8_t *b, size_t n, int nfds) {
 }
 
 typedef struct fz_client {
-  int peer;      /* 0 the friend, 1 the exporter itself, 2 the stranger */
+  int peer;      /* 0 the friend, 1 the exporter itself, 2 the stranger, 3 the ghost, 4 no credentials */
   int other_uid; /* the peer runs as another user */
   int sock;
   uint32_t *ledger;
@@ -157,6 +197,8 @@ static void fz_read_replies(fz_client *cl) {
     int fds[AIPC_PROTO_MAX_FDS], nfd;
     unsigned seen;
     ssize_t r = aipc__proto_recv(cl->sock, buf, MSG_DONTWAIT, fds, &nfd, &seen);
+    /* A reset (the exporter closed with input unread) is reported once, before the replies still queued. */
+    if (r < 0 && errno == ECONNRESET) continue;
     if (r <= 0) return;
     /* nothing but descriptors, nothing cut: no reply is longer than any message */
     FUZZ_CHECK(seen == 0);
@@ -173,9 +215,10 @@ static void fz_read_replies(fz_client *cl) {
         if (m.size == fz_ex[i].size && m.device == fz_ex[i].device) found = i;
       FUZZ_CHECK(found >= 0);
       /* a grant only to whom the rules allow: same user; for a DEFAULT export the
-       * exporter itself or a whitelisted pid; and only after the right id and secret */
+       * exporter itself or a whitelisted pid (never the ghost: its entry names a
+       * process that is gone); and only after the right id and secret */
       const fz_export *x = &fz_ex[found];
-      FUZZ_CHECK(!cl->other_uid);
+      FUZZ_CHECK(!cl->other_uid && cl->peer != 4);
       FUZZ_CHECK(x->asked > 0);
       if (found == 1 || found == 3)
         FUZZ_CHECK(cl->peer == 1 || (cl->peer == 0 && (x->whitelist & 1)) || (cl->peer == 2 && (x->whitelist & 2)));
@@ -201,6 +244,17 @@ static void fz_read_replies(fz_client *cl) {
 
 static fz_export *fz_pick(fz_reader *r) { return &fz_ex[u8(r) % FZ_EXPORTS]; }
 
+/* The peer byte `who` names; the credentials its messages carry. */
+static void fz_identity(fz_client *cl, uint8_t who, pid_t *pid, uid_t *uid) {
+  cl->peer = (who & 0x0f) % 5;
+  cl->other_uid = (who & 0x10) != 0;
+  if (cl->peer == 3 && !fz_haunted && !fz_ex[1].closed) fz_haunt(&fz_ex[1]);
+  static const int32_t none = 0;
+  const int32_t *pids[5] = {&fz_friend, NULL, &fz_stranger, &fz_ghost, &none};
+  *pid = cl->peer == 1 ? getpid() : *pids[cl->peer];
+  *uid = cl->other_uid ? geteuid() + 1 : geteuid();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!fz_ready) fz_setup();
   fz_reader in = {data, size};
@@ -209,11 +263,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_client cl = {0, 0, sv[1], NULL, {0}, 0};
   for (int i = 0; i < FZ_EXPORTS; i++) fz_ex[i].asked = 0;
 
-  uint8_t who = u8(&in);
-  cl.peer = who % 4 == 0 ? 0 : who % 4 == 1 ? 1 : 2;
-  cl.other_uid = (who & 0x10) != 0;
-  pid_t peer_pid = cl.peer == 0 ? fz_friend : cl.peer == 1 ? getpid() : fz_stranger;
-  uid_t peer_uid = cl.other_uid ? geteuid() + 1 : geteuid();
+  pid_t peer_pid;
+  uid_t peer_uid;
+  fz_identity(&cl, u8(&in), &peer_pid, &peer_uid);
   uint64_t conn = aipc__exporter_adopt(sv[0], peer_pid, peer_uid);
   FUZZ_CHECK(conn != 0);
 
@@ -320,8 +372,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         aipc__exporter_sweep();
         fz_check_books();
         break;
-      case 10: /* the importer half-closes: EOF after what it sent */
-        shutdown(cl.sock, SHUT_WR);
+      case 10:
+        if (op / 13 % 2 == 0) { /* the importer half-closes: EOF after what it sent */
+          shutdown(cl.sock, SHUT_WR);
+        } else { /* its credentials change: what it sent before is served as before */
+          (void)aipc__exporter_serve(conn, 1 << 20);
+          fz_check_books();
+          fz_read_replies(&cl);
+          fz_identity(&cl, u8(&in), &peer_pid, &peer_uid);
+          aipc__exporter_impersonate(conn, peer_pid, peer_uid);
+        }
         break;
       case 11: { /* whitelist and attributes (refused once imported or closed) */
         fz_export *x = fz_pick(&in);

@@ -106,14 +106,21 @@ def protos():
 
 
 # ---- exporter scripts (tests/fuzz/fuzz_server.c) -----------------------------
-# byte 0: peer (0 whitelisted pid, 1 the exporter itself, 2 a stranger; +0x10 another uid)
+# byte 0: peer (low nibble % 5: 0 whitelisted pid, 1 the exporter itself, 2 a stranger, 3 a ghost
+# (whitelisted on export 1 while it ran, gone since), 4 no credentials; +0x10 another uid)
 # ops (op % 13): 0 raw packet (u16 len, bytes), 1 IMPORT (slot, flags), 2 RELEASE (slot, count;
 # count >= 0x80: CANCEL of an earlier request),
 # 3 ledger write (flags[, u16 slot][, u32 value]), 4 service (n), 5 read replies,
 # 6 exporter close (slot), 7 own import (slot), 8 sweep, 9 IMPORT with fds (slot, flags),
-# 10 half-close, 11 whitelist/attribute (slot, flags), 12 random-field packet (type, bytes)
+# 10 half-close (op 23: the peer's credentials change: serve, read, then a peer byte),
+# 11 whitelist/attribute (slot, flags), 12 random-field packet (type, bytes)
 
 SERVE, READ, SWEEP, HALF = bytes([4, 3]), bytes([5]), bytes([8]), bytes([10])
+
+
+def become(who):
+    """The peer's credentials change (setuid, or the socket handed on): byte 0's encoding."""
+    return bytes([23, who])
 
 
 def op_import(slot, flags=0):
@@ -188,6 +195,17 @@ def servers():
         bytes([0]) + op_import(0) + op_import(1, 0x20) + op_cancel(1) + SERVE + SERVE + SERVE + READ,
         bytes([2]) + op_import(0) + op_cancel() + SERVE + SERVE + READ,
         bytes([0]) + op_import(0) + SERVE + READ + op_release(0) + op_cancel() + SERVE + SERVE,
+        # credentials per request: a ghost's pid; a whitelisted importer that becomes another user (refused,
+        # releases still taken), a ghost, a stranger, a sender without credentials; another user that becomes
+        # the friend
+        bytes([3]) + op_import(1) + op_import(0) + SERVE + SERVE + READ,
+        bytes([0]) + op_import(1) + SERVE + READ + become(0x10) + op_import(1) + op_import(0) + SERVE + SERVE + READ
+        + op_release(1) + SERVE + op_ledger(True, 1) + bytes([6, 1]),
+        bytes([0]) + op_import(1) + SERVE + READ + become(3) + op_import(1) + SERVE + READ + op_release(1) + SERVE,
+        bytes([0]) + op_import(0) + op_import(1) + become(2) + op_import(1) + SERVE + READ,
+        bytes([0]) + op_import(0) + SERVE + READ + become(4) + op_import(0) + SERVE + READ,
+        bytes([0x10]) + op_import(1) + SERVE + READ + become(0) + op_import(1) + SERVE + READ,
+        bytes([4]) + op_import(0) + SERVE,
     ]
     for s in seeds:
         write("server", s)

@@ -8,11 +8,17 @@
  * done under the lock, an exporter's aclrtIpcMemClose can process what an
  * importer already sent (its RELEASE, its EOF) before it decides, in order
  * and without racing the thread (export_drain).
+ *
+ * Who is served is decided from what the kernel says: the peer's uid at
+ * accept (SO_PEERCRED; other users are refused there), and the sender's
+ * uid and pid with every IMPORT (SCM_CREDENTIALS), the pid bound to its
+ * process by start time. docs/design-ipc.md, "Security model".
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +67,7 @@ struct aipc__export {
   uint64_t refs_total; /* importer references, own-process ones included */
   uint32_t self_refs;  /* imports by this process of its own key */
   aipc__ref *refs;     /* per importer connection */
-  aipc__hmap whitelist; /* pid -> (void *)1 */
+  aipc__hmap whitelist; /* pid -> its process's start time (wl_bound), or WL_NOBODY */
   aipc__rpeer *remote;  /* ImportPidInterServer entries of other servers */
   size_t n_remote, cap_remote;
   bool closing;         /* closed with importers left: in g.closing */
@@ -71,9 +77,16 @@ struct aipc__export {
 struct aipc__sconn {
   int fd;
   uint64_t serial; /* never reused; keys the refs map */
-  pid_t pid;       /* SO_PEERCRED at accept */
+  pid_t pid;       /* SO_PEERCRED at accept: who opened it (counted in g.peer_conns) */
   uid_t uid;
   bool dead;       /* closed; freed by the server thread at the end of its batch */
+  /* The start time last read for a pid that sent on this connection: a
+   * process with that pid sending here later is the same process, since a
+   * recycled pid would need this very socket handed to it. */
+  pid_t start_pid; /* 0: none read yet */
+  uint64_t start;
+  bool stand_in;        /* test seam: messages carry `sender`, not the kernel's credentials */
+  aipc__os_sender sender;
   uint32_t *ledger; /* AIPC_LEDGER_SLOTS counters the importer adds releases to */
   bool ledger_sent;
   uint32_t next_slot; /* slots never used yet start here */
@@ -102,6 +115,7 @@ static struct exporter_state {
   bool listen_paused;
   aipc__hmap exports; /* {id, 0} -> aipc__export */
   aipc__hmap refs;    /* {export id, conn serial} -> aipc__ref */
+  aipc__hmap peer_conns; /* {pid, 0} -> live connections that pid opened (a count as a pointer) */
   aipc__sconn *sconns, *zombies;
   aipc__export *closing; /* closed exports waiting for importers' releases */
 } g = {
@@ -121,9 +135,22 @@ static const uint8_t dummy_secret[AIPC_SECRET_LEN];
  * at most one per thread waiting on the connection; past this the oldest
  * is forgotten, and a CANCEL of it can no longer be honoured. */
 #define GRANTS_MAX 4096
+/* Connections one process may hold open to this exporter. An importer needs
+ * one (every thread shares it; a lost one is closed before the next); the
+ * cap keeps a runaway or hostile process from taking the exporter's
+ * descriptors, which aclrtMalloc and other importers need. */
+#define PEER_CONNS_MAX 64
+
+/* Whitelist entries: the start time of the process that had the pid when the
+ * exporter whitelisted it, stored in the pointer; WL_NOBODY when no process
+ * had it (the entry then matches no process). */
+_Static_assert(sizeof(uintptr_t) >= sizeof(uint64_t), "start times are kept in pointers");
+#define WL_NOBODY ((void *)1)
+static void *wl_bound(uint64_t start) { return (void *)(uintptr_t)(start + 2); }
 
 static aipc__hkey ekey(uint64_t id) { return (aipc__hkey){id, 0}; }
 static aipc__hkey rkey(uint64_t id, uint64_t serial) { return (aipc__hkey){id, serial}; }
+static aipc__hkey pkey(pid_t pid) { return (aipc__hkey){(uint64_t)(uint32_t)pid, 0}; }
 
 /* ---- exports --------------------------------------------------------------- */
 
@@ -209,9 +236,16 @@ static void export_importers(aipc__export *e, char *buf, size_t cap) {
 
 /* ---- connections ------------------------------------------------------------ */
 
+static size_t peer_conns(pid_t pid) { return (size_t)(uintptr_t)aipc__hmap_get(&g.peer_conns, pkey(pid)); }
+
 static void conn_kill(aipc__sconn *c) {
   if (c->dead) return;
   c->dead = true;
+  size_t n = peer_conns(c->pid);
+  if (n > 1)
+    aipc__hmap_put(&g.peer_conns, pkey(c->pid), (void *)(uintptr_t)(n - 1)); /* replaces: cannot fail */
+  else
+    aipc__hmap_remove(&g.peer_conns, pkey(c->pid));
   while (c->refs) {
     aipc__ref *r = c->refs;
     aipc__export *e = r->exp;
@@ -257,10 +291,30 @@ static int conn_send2(aipc__sconn *c, aipc__msg *m, int fd, int fd2) {
   return aipc__os_send_fds(c->fd, buf, len, fds, nfd, MSG_DONTWAIT) == (ssize_t)len ? 0 : -1;
 }
 
-static bool whitelisted(aipc__export *e, pid_t pid) {
-  if (e->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) return true;
-  if ((uint32_t)pid == g.pid) return true;
-  return aipc__hmap_get(&e->whitelist, (aipc__hkey){(uint64_t)(uint32_t)pid, 0}) != NULL;
+/* The start time of process pid, which just sent on c. 0 or -1. */
+static int sender_start(aipc__sconn *c, pid_t pid, uint64_t *start) {
+  if (c->start_pid == pid) {
+    *start = c->start;
+    return 0;
+  }
+  if (aipc__os_process_start(pid, start) != 0) return -1;
+  c->start_pid = pid;
+  c->start = *start;
+  return 0;
+}
+
+typedef enum { WL_YES, WL_NOT_LISTED, WL_NEVER_RAN, WL_GONE } wl_verdict;
+
+/* Whether process pid, sender of a request on c, may import e. */
+static wl_verdict whitelisted(aipc__sconn *c, aipc__export *e, pid_t pid) {
+  if (e->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) return WL_YES;
+  if ((uint32_t)pid == g.pid) return WL_YES; /* alive, so no other process has its pid */
+  void *v = aipc__hmap_get(&e->whitelist, pkey(pid));
+  if (!v) return WL_NOT_LISTED;
+  if (v == WL_NOBODY) return WL_NEVER_RAN;
+  uint64_t now;
+  if (sender_start(c, pid, &now) != 0 || wl_bound(now) != v) return WL_GONE;
+  return WL_YES;
 }
 
 /* Creates c's ledger; returns its fd (to send once), or -1 (then c has none). */
@@ -335,7 +389,8 @@ static void grants_add(aipc__sconn *c, uint64_t req, uint64_t export_id) {
   c->n_grants++;
 }
 
-static void handle_import(aipc__sconn *c, const aipc__msg *q) {
+/* q came from `from` (the kernel's record of its sender at send time). */
+static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sender *from) {
   grants_settle(c, q->settled);
   aipc__msg a;
   /* Releases this importer already noted count first (keeps counts small). */
@@ -343,10 +398,13 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q) {
   aipc__export *e = aipc__hmap_get(&g.exports, ekey(q->export_id));
   int secret_ok = aipc__secret_equal(e ? e->secret : dummy_secret, q->secret);
   int fd = -1, ledger_fd = -1;
-  if (c->uid != g.euid) {
-    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION, "process %d runs as uid %u but the exporter (process %d) runs as uid %u: "
-                         "IPC memory is shared only between processes of the same user",
-                         (int)c->pid, (unsigned)c->uid, (int)g.pid, (unsigned)g.euid);
+  wl_verdict wl = WL_YES;
+  if (from->uid != g.euid) {
+    /* Checked per request: a process that changed its uid since it connected is refused now. */
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
+                     "process %d sent this request as uid %u but the exporter (process %d) runs as uid %u: "
+                     "IPC memory is shared only between processes of the same user",
+                     (int)from->pid, (unsigned)from->uid, (int)g.pid, (unsigned)g.euid);
   } else if (!e || !secret_ok) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "key not exported by process %d (closed, never issued, or forged)", (int)g.pid);
   } else if (e->closed) {
@@ -355,11 +413,21 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "importer is on server %u, the exporter on server %u: cross-server import needs the "
                          "super-node fabric; the emulator has none",
                          q->sdid, aipc__config_get()->sdid);
-  } else if (!whitelisted(e, c->pid)) {
+  } else if ((wl = whitelisted(c, e, from->pid)) == WL_NOT_LISTED) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION, "process %d is not on the whitelist of this key: the exporter (process %d) must pass "
                          "it to aclrtIpcMemSetImportPid, or export with "
                          "ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION",
-                         (int)c->pid, (int)g.pid);
+                         (int)from->pid, (int)g.pid);
+  } else if (wl == WL_NEVER_RAN) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
+                     "pid %d is on the whitelist of this key, but no process had that pid when the exporter (process %d) "
+                     "whitelisted it, so the entry matches no process: whitelist a running process",
+                     (int)from->pid, (int)g.pid);
+  } else if (wl == WL_GONE) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
+                     "pid %d was whitelisted for this key, but the process that had it then is gone: the process "
+                     "sending as pid %d now is another one, and is refused (the exporter is process %d)",
+                     (int)from->pid, (int)from->pid, (int)g.pid);
   } else {
     /* The block's memfd stays open while the export pins the block. */
     aipc__mem_rdlock();
@@ -451,7 +519,8 @@ static void conn_service(aipc__sconn *c, int max) {
     uint8_t buf[AIPC_PROTO_MAX];
     int fds[AIPC_PROTO_MAX_FDS], nfd;
     unsigned seen;
-    ssize_t r = aipc__proto_recv(c->fd, buf, MSG_DONTWAIT, fds, &nfd, &seen);
+    aipc__os_sender from;
+    ssize_t r = aipc__proto_recv_from(c->fd, buf, MSG_DONTWAIT, fds, &nfd, &seen, &from);
     if (r < 0) {
       if (errno == EINTR) {
         i--;
@@ -461,7 +530,10 @@ static void conn_service(aipc__sconn *c, int max) {
       return;
     }
     for (int k = 0; k < nfd; k++) close(fds[k]);
-    if (r == 0 || nfd || seen) {
+    if (c->stand_in) from = c->sender;
+    /* No credentials: SO_PASSCRED (inherited from the listening socket) makes
+     * the kernel attach them to every packet, so this does not happen. */
+    if (r == 0 || nfd || seen || from.pid <= 0) {
       conn_kill(c); /* EOF (the importer is gone), or a packet no importer sends */
       return;
     }
@@ -477,8 +549,10 @@ static void conn_service(aipc__sconn *c, int max) {
       conn_kill(c);
       return;
     }
+    /* Releases and cancels are taken from whoever holds the connection, with
+     * any credentials: they can only give back what the connection holds. */
     if (m.type == AIPC_MSG_IMPORT)
-      handle_import(c, &m);
+      handle_import(c, &m, &from);
     else if (m.type == AIPC_MSG_RELEASE)
       handle_release(c, &m);
     else if (m.type == AIPC_MSG_CANCEL)
@@ -554,6 +628,10 @@ static void sweep_closing(void) {
 static aipc__sconn *conn_add(int fd, pid_t pid, uid_t uid) {
   aipc__sconn *c = calloc(1, sizeof *c);
   if (!c) return NULL;
+  if (aipc__hmap_put(&g.peer_conns, pkey(pid), (void *)(uintptr_t)(peer_conns(pid) + 1)) != 0) {
+    free(c);
+    return NULL;
+  }
   c->fd = fd;
   c->serial = ++g.next_serial;
   c->pid = pid;
@@ -562,6 +640,25 @@ static aipc__sconn *conn_add(int fd, pid_t pid, uid_t uid) {
   if (g.sconns) g.sconns->prev = c;
   g.sconns = c;
   return c;
+}
+
+/* Refuses a connection as soon as it is accepted: one ERROR, with request id
+ * 0 since no request was read (it answers whatever the peer asked), then
+ * closed so that the peer still reads it. The peer gets no record, no
+ * ledger, nothing that outlives this call. */
+static void refuse_at_accept(int fd, aclError status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void refuse_at_accept(int fd, aclError status, const char *fmt, ...) {
+  char text[AIPC_PROTO_TEXT_MAX + 1];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  aipc__msg m;
+  aipc__msg_error(&m, 0, status, "%s", text);
+  uint8_t buf[AIPC_PROTO_MAX];
+  size_t len = aipc__proto_encode(&m, buf);
+  (void)aipc__os_send_fds(fd, buf, len, NULL, 0, MSG_DONTWAIT); /* a fresh socket has room */
+  aipc__os_close_after_reply(fd);
 }
 
 static void accept_all(void) {
@@ -579,7 +676,27 @@ static void accept_all(void) {
     pid_t pid;
     uid_t uid;
     aipc__sconn *c = NULL;
-    if (aipc__os_peer_cred(fd, &pid, &uid) != 0 || !(c = conn_add(fd, pid, uid))) {
+    if (aipc__os_peer_cred(fd, &pid, &uid) != 0) {
+      close(fd);
+      continue;
+    }
+    /* Other users are refused before they cost anything; so are a process's
+     * connections beyond the cap. */
+    if (uid != g.euid) {
+      refuse_at_accept(fd, ACL_ERROR_RT_NO_PERMISSION,
+                       "process %d runs as uid %u but the exporter (process %d) runs as uid %u: "
+                       "IPC memory is shared only between processes of the same user",
+                       (int)pid, (unsigned)uid, (int)g.pid, (unsigned)g.euid);
+      continue;
+    }
+    if (peer_conns(pid) >= PEER_CONNS_MAX) {
+      refuse_at_accept(fd, ACL_ERROR_RT_IPC_ERROR,
+                       "process %d already has %d connections open to exporter process %d, the most one process "
+                       "may have (an importer needs one): connection refused",
+                       (int)pid, PEER_CONNS_MAX, (int)g.pid);
+      continue;
+    }
+    if (!(c = conn_add(fd, pid, uid))) {
       close(fd);
       continue;
     }
@@ -656,6 +773,9 @@ static aclError server_start(const char *call) {
   if (g.listen_fd < 0) goto fail;
   what = "bind";
   if (bind(g.listen_fd, (struct sockaddr *)&sa, salen) != 0) goto fail;
+  what = "setsockopt(SO_PASSCRED)";
+  /* Every packet then carries its sender's credentials, checked per request. */
+  if (aipc__os_pass_credentials(g.listen_fd) != 0) goto fail;
   what = "listen";
   if (listen(g.listen_fd, LISTEN_BACKLOG) != 0) goto fail;
   what = "epoll_create1";
@@ -728,6 +848,7 @@ static void server_clear(void) {
   g.closing = NULL;
   free_exports(true);
   aipc__hmap_clear(&g.refs);
+  aipc__hmap_clear(&g.peer_conns);
   close_fds();
   g.server_running = false;
   g.stop = false;
@@ -756,6 +877,7 @@ static void server_child_reset(void) {
   g.closing = NULL;
   free_exports(false);
   aipc__hmap_clear(&g.refs);
+  aipc__hmap_clear(&g.peer_conns);
   close_fds(); /* the listening socket above all: it must not keep the parent's name alive */
   g.server_running = false;
   g.stop = false;
@@ -839,17 +961,73 @@ static aclError own_export(const char *call, const aipc__key *k, aipc__export **
   return ACL_SUCCESS;
 }
 
-static int whitelist_add(aipc__export *e, int32_t pid) {
-  return aipc__hmap_put(&e->whitelist, (aipc__hkey){(uint64_t)(uint32_t)pid, 0}, (void *)1);
+/*
+ * The whitelist entry for pid: bound to the process that has the pid now,
+ * by its start time, so that a process given the pid after this one ends
+ * is refused. No process has it: an entry that matches none (CANN accepts
+ * such pids; a process that gets the pid later is not the one meant).
+ * Read before g.lock is taken: /proc is slow.
+ */
+static aclError whitelist_value(const char *call, int32_t pid, void **value) {
+  uint64_t start;
+  if (aipc__os_process_start(pid, &start) == 0) {
+    *value = wl_bound(start);
+    return ACL_SUCCESS;
+  }
+  if (errno == ESRCH) {
+    *value = WL_NOBODY;
+    return ACL_SUCCESS;
+  }
+  if (errno == ENOSYS)
+    return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR,
+                      "%s: cannot tell which process has pid %d: /proc is not mounted, and the whitelist binds each pid "
+                      "to its process's start time there",
+                      call, (int)pid);
+  return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: cannot read the start time of process %d: %s", call, (int)pid,
+                    strerror(errno));
+}
+
+static int whitelist_add(aipc__export *e, int32_t pid, void *value) {
+  /* Setting a pid again binds it to the process that has it now. */
+  return aipc__hmap_put(&e->whitelist, pkey(pid), value);
+}
+
+/* The whitelist values of pids (whitelist_value), in a new array, or a recorded error. */
+static aclError whitelist_values(const char *call, const aipc__key *k, const int32_t *pids, size_t num,
+                                 void ***out) {
+  *out = NULL;
+  if (!aipc__exporter_owns(k)) { /* the cheap refusal before any /proc read */
+    pthread_mutex_lock(&g.lock);
+    aipc__export *e;
+    aclError rc = own_export(call, k, &e);
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+  }
+  void **v = malloc((num ? num : 1) * sizeof *v);
+  if (!v) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+  for (size_t i = 0; i < num; i++) {
+    aclError rc = whitelist_value(call, pids[i], &v[i]);
+    if (rc != ACL_SUCCESS) {
+      free(v);
+      return rc;
+    }
+  }
+  *out = v;
+  return ACL_SUCCESS;
 }
 
 aclError aipc__exporter_allow(const char *call, const aipc__key *k, const int32_t *pids, size_t num) {
+  void **values;
+  aclError rc = whitelist_values(call, k, pids, num, &values);
+  if (rc != ACL_SUCCESS) return rc;
   pthread_mutex_lock(&g.lock);
   aipc__export *e = NULL;
-  aclError rc = own_export(call, k, &e);
+  rc = own_export(call, k, &e);
   for (size_t i = 0; rc == ACL_SUCCESS && i < num; i++)
-    if (whitelist_add(e, pids[i]) != 0) rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+    if (whitelist_add(e, pids[i], values[i]) != 0)
+      rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
   pthread_mutex_unlock(&g.lock);
+  free(values);
   return rc;
 }
 
@@ -868,17 +1046,37 @@ static int remote_add(aipc__export *e, uint32_t sdid, int32_t pid) {
 
 aclError aipc__exporter_allow_servers(const char *call, const aipc__key *k, const aclrtServerPid *servers,
                                       size_t num, uint32_t here) {
+  /* This server's pids, in order, bound to their processes first. */
+  size_t nlocal = 0;
+  for (size_t i = 0; i < num; i++)
+    if (servers[i].sdid == here) nlocal += servers[i].num;
+  int32_t *local = calloc(nlocal ? nlocal : 1, sizeof *local);
+  if (!local) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+  nlocal = 0;
+  for (size_t i = 0; i < num; i++)
+    if (servers[i].sdid == here)
+      for (size_t j = 0; j < servers[i].num; j++) local[nlocal++] = servers[i].pid[j];
+  void **values;
+  aclError rc = whitelist_values(call, k, local, nlocal, &values);
+  if (rc != ACL_SUCCESS) {
+    free(local);
+    return rc;
+  }
   pthread_mutex_lock(&g.lock);
   aipc__export *e = NULL;
-  aclError rc = own_export(call, k, &e);
+  rc = own_export(call, k, &e);
+  size_t next_local = 0;
   for (size_t i = 0; rc == ACL_SUCCESS && i < num; i++) {
     const aclrtServerPid *sp = &servers[i];
     for (size_t j = 0; rc == ACL_SUCCESS && j < sp->num; j++) {
-      int bad = sp->sdid == here ? whitelist_add(e, sp->pid[j]) : remote_add(e, sp->sdid, sp->pid[j]);
+      int bad = sp->sdid == here ? whitelist_add(e, sp->pid[j], values[next_local++])
+                                 : remote_add(e, sp->sdid, sp->pid[j]);
       if (bad) rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
     }
   }
   pthread_mutex_unlock(&g.lock);
+  free(values);
+  free(local);
   return rc;
 }
 
@@ -997,9 +1195,21 @@ void aipc__exporter_stop_server(void) { server_stop_thread(); }
 uint64_t aipc__exporter_adopt(int fd, pid_t pid, uid_t uid) {
   pthread_mutex_lock(&g.lock);
   aipc__sconn *c = conn_add(fd, pid, uid);
+  if (c) {
+    c->stand_in = true;
+    c->sender = (aipc__os_sender){.pid = pid, .uid = uid, .gid = getegid()};
+  }
   uint64_t serial = c ? c->serial : 0;
   pthread_mutex_unlock(&g.lock);
   return serial;
+}
+
+void aipc__exporter_impersonate(uint64_t serial, pid_t pid, uid_t uid) {
+  pthread_mutex_lock(&g.lock);
+  aipc__sconn *c = g.sconns;
+  while (c && c->serial != serial) c = c->next;
+  if (c && c->stand_in) c->sender = (aipc__os_sender){.pid = pid, .uid = uid, .gid = getegid()};
+  pthread_mutex_unlock(&g.lock);
 }
 
 bool aipc__exporter_serve(uint64_t serial, int max) {
@@ -1060,12 +1270,17 @@ static const char *audit(void) {
   if (nrefs != g.refs.len) return "the map holds references no export lists";
   for (aipc__export *e = g.closing; e; e = e->cnext)
     if (!e->closed || !e->closing) return "an open export is on the closing list";
+  size_t nconns = 0, counted = 0;
+  for (size_t i = 0; aipc__hmap_next(&g.peer_conns, &i, &k, &v);) counted += (uintptr_t)v;
   for (aipc__sconn *c = g.sconns; c; c = c->next) {
+    nconns++;
+    if (!aipc__hmap_get(&g.peer_conns, pkey(c->pid))) return "a live connection is not counted for its process";
     if (c->dead) return "a closed connection is on the live list";
     if (c->n_grants > GRANTS_MAX) return "a connection remembers too many grants";
     for (aipc__ref *r = c->refs; r; r = r->cnext)
       if (r->conn != c) return "a reference on a connection's list belongs to another connection";
   }
+  if (counted != nconns) return "the per-process connection counts do not add up to the live connections";
   return NULL;
 }
 

@@ -60,8 +60,14 @@ void aipc__exporter_atfork_child(void);
 /* Stops and joins the server thread: from then on the caller serves by hand. */
 void aipc__exporter_stop_server(void);
 /* Registers a connected socket as if the server had accepted it from a peer
- * with these credentials. Returns its serial (never 0), or 0 when out of memory. */
+ * with these credentials (without the checks made at accept), and takes
+ * every message read from it to carry them, standing in for the kernel's
+ * SCM_CREDENTIALS. Returns its serial (never 0), or 0 when out of memory. */
 uint64_t aipc__exporter_adopt(int fd, pid_t pid, uid_t uid);
+/* From now on, messages read from adopted connection serial carry (pid,
+ * uid): the peer changed its credentials (setuid), or another process
+ * holds the socket. */
+void aipc__exporter_impersonate(uint64_t serial, pid_t pid, uid_t uid);
 /* Serves up to max messages queued on connection serial. False once it is closed. */
 bool aipc__exporter_serve(uint64_t serial, int max);
 /* Closed exports take their importers' ledger releases (at most every 20 ms). */

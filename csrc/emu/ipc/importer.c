@@ -482,7 +482,8 @@ static void dispatch(aipc__cconn *c, const uint8_t *buf, size_t len, int *fds, i
   }
   aipc__creq *r = NULL;
   if (bad == RT_OK) {
-    for (r = c->pending; r && r->id != a.req; r = r->next) {}
+    /* An ERROR with id 0 refuses the connection itself (at accept): it answers a waiting request. */
+    for (r = c->pending; r && !(a.type == AIPC_MSG_ERROR && a.req == 0) && r->id != a.req; r = r->next) {}
     /* Not waited for: the reply to a cancelled request (the exporter took its
      * reference back at the CANCEL), or one never asked for. */
     if (!r && !abandoned_take(c, a.req)) {
@@ -588,7 +589,10 @@ static rt_result request(aipc__cconn *c, aipc__msg *q, aipc__creq *r, uint64_t d
   pthread_mutex_unlock(&c->mu);
   rt_result sr = sock_send(s->fd, buf, len, deadline);
   pthread_mutex_lock(&c->mu);
-  if (sr != RT_OK) {
+  /* An exporter that refused the connection at accept has closed it by now:
+   * its ERROR waits in our queue. */
+  if (sr == RT_DEAD && c->sock == s && r->state == CREQ_WAITING && !c->reading) read_one(c, s);
+  if (sr != RT_OK && r->state != CREQ_DONE) {
     /* nothing went out (one packet is sent whole or not at all) */
     if (r->state == CREQ_WAITING) creq_unlink(c, r);
     if (sr == RT_DEAD && c->sock == s) conn_drop(c, RT_DEAD, NULL);

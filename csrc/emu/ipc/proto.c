@@ -254,3 +254,8 @@ ssize_t aipc__proto_recv(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int f
                          int *nfds, unsigned *seen) {
   return aipc__os_recv_fds(sock, buf, AIPC_PROTO_MAX, flags, fds, nfds, seen);
 }
+
+ssize_t aipc__proto_recv_from(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int fds[AIPC_PROTO_MAX_FDS],
+                              int *nfds, unsigned *seen, aipc__os_sender *from) {
+  return aipc__os_recv_fds_from(sock, buf, AIPC_PROTO_MAX, flags, fds, nfds, seen, from);
+}

@@ -37,7 +37,11 @@
  * it needs exact numbers, and treats them as untrusted input.
  * ERROR          exporter -> importer, body 8 + text_len: i32 status,
  *                u32 text_len, text; sent before the exporter closes a
- *                connection it cannot serve (unsupported protocol version).
+ *                connection it cannot serve: req is the request it answers
+ *                (unsupported protocol version), or 0 when the connection
+ *                itself is refused at accept (another user, too many
+ *                connections from one process), before any request is read:
+ *                it then answers whatever the importer asked.
  *
  * Decoding checks every field: exact lengths, enums and flags in range,
  * reserved fields zero, sizes page-aligned and sane, text printable.
@@ -117,6 +121,11 @@ aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg
  */
 ssize_t aipc__proto_recv(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int fds[AIPC_PROTO_MAX_FDS],
                          int *nfds, unsigned *seen);
+
+/* The same, and the sender's credentials (aipc__os_recv_fds_from): for a
+ * socket with SO_PASSCRED. */
+ssize_t aipc__proto_recv_from(int sock, uint8_t buf[AIPC_PROTO_MAX], int flags, int fds[AIPC_PROTO_MAX_FDS],
+                              int *nfds, unsigned *seen, aipc__os_sender *from);
 
 /* Sets m's text (truncated to AIPC_PROTO_TEXT_MAX, non-printables replaced). */
 void aipc__proto_set_text(aipc__msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
