@@ -638,19 +638,8 @@ static int import_once(chan *c, void *arg) {
  * connection with ERROR(id 0): after reading the IMPORT, and before. */
 TEST(error_with_id_0_fails_the_waiting_import_with_its_status) {
   setenv("ASCEND_IPC_TIMEOUT_MS", under_valgrind() ? "3000" : "1000", 1);
-  key_rec k;
-  memset(&k, 0, sizeof k);
-  k.pid = (uint32_t)getpid();
-  k.nonce = 0x0dd5eed0dd5eed00ull;
-  k.id = 7;
-  char key[KEYLEN] = {0};
-  key_encode(&k, key);
-  struct sockaddr_un sa;
-  unsigned salen = sockaddr_of(&sa, k.pid, k.nonce);
-  int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  CHECK(ls >= 0);
-  CHECK(bind(ls, (struct sockaddr *)&sa, salen) == 0);
-  CHECK(listen(ls, 16) == 0);
+  char key[KEYLEN];
+  int ls = fake_exporter_listen(0x0dd5eed0dd5eed00ull, 7, key);
   chan c;
   chan_open(&c);
   int pid = chan_spawn(&c, import_once, NULL);

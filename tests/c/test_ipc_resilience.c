@@ -1387,19 +1387,8 @@ static int fake_importer(chan *c, void *arg) {
 
 TEST(hostile_exporter_replies_fail_cleanly) {
   set_timeout_ms(under_valgrind() ? 3000 : 500);
-  key_rec k;
-  memset(&k, 0, sizeof k);
-  k.pid = (uint32_t)getpid();
-  k.nonce = 0x5eed5eed5eed5eedull;
-  k.id = 42;
-  char key[KEYLEN] = {0};
-  key_encode(&k, key);
-  struct sockaddr_un sa;
-  unsigned salen = sockaddr_of(&sa, k.pid, k.nonce);
-  int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  CHECK(ls >= 0);
-  CHECK(bind(ls, (struct sockaddr *)&sa, salen) == 0);
-  CHECK(listen(ls, 16) == 0);
+  char key[KEYLEN];
+  int ls = fake_exporter_listen(0x5eed5eed5eed5eedull, 42, key);
   int mfd = memfd_create("fake_arena", MFD_CLOEXEC);
   CHECK(mfd >= 0 && ftruncate(mfd, PAGE) == 0);
   chan c;

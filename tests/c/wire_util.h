@@ -53,6 +53,26 @@ static inline void put_header(uint8_t *b, uint16_t type, uint32_t len, uint64_t 
   memcpy(b + 16, &req, 8);
 }
 
+/* A stand-in exporter: this process listening under a made-up nonce, as a
+ * hostile or broken exporter would. Writes a key of export id to key;
+ * returns the listening socket. */
+static inline int fake_exporter_listen(uint64_t nonce, uint64_t id, char key[KEYLEN]) {
+  key_rec k;
+  memset(&k, 0, sizeof k);
+  k.pid = (uint32_t)getpid();
+  k.nonce = nonce;
+  k.id = id;
+  memset(key, 0, KEYLEN);
+  key_encode(&k, key);
+  struct sockaddr_un sa;
+  unsigned salen = sockaddr_of(&sa, k.pid, k.nonce);
+  int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  CHECK(ls >= 0);
+  CHECK(bind(ls, (struct sockaddr *)&sa, salen) == 0);
+  CHECK(listen(ls, 16) == 0);
+  return ls;
+}
+
 /* IMPORT: flags, sdid and settled all 0 */
 static inline size_t pkt_import(uint8_t *b, const key_rec *k, uint64_t req) {
   put_header(b, 1, IMPORT_LEN, req);
