@@ -152,9 +152,9 @@ static void arena_close(arena *ar, bool unmap) {
   *ar = (arena){0};
 }
 
-/* Maps a new sealed memfd of len bytes over [p, p + len) of a reservation.
- * Returns its fd, or a recorded error. */
-static aclError block_map(int32_t dev, void *p, size_t len, int *fd_out) {
+/* A new sealed memfd of len bytes for an allocation on dev, or a recorded
+ * error. Made before the memory lock is taken: copies wait on none of it. */
+static aclError block_memfd(int32_t dev, size_t len, int *fd_out) {
   char name[32];
   snprintf(name, sizeof name, "ascend_ipc_dev%d", (int)dev);
   int fd = aipc__os_memfd_sealed(name, len);
@@ -165,14 +165,15 @@ static aclError block_map(int32_t dev, void *p, size_t len, int *fd_out) {
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot create the memory of an allocation on device %d: %s",
                       (int)dev, e == EMFILE || e == ENFILE ? aipc__os_fd_limit_text(limit, sizeof limit) : strerror(e));
   }
-  if (mmap(p, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
-    int e = errno;
-    close(fd);
-    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot map %zu bytes on device %d: %s", len,
-                      (int)dev, strerror(e));
-  }
   *fd_out = fd;
   return ACL_SUCCESS;
+}
+
+/* Maps fd over [p, p + len) of a reservation, or a recorded error. */
+static aclError block_map(int fd, void *p, size_t len, int32_t dev) {
+  if (mmap(p, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED) return ACL_SUCCESS;
+  return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot map %zu bytes on device %d: %s", len,
+                    (int)dev, strerror(errno));
 }
 
 /* Puts the reservation back over a block's range: its pages are no longer
@@ -202,6 +203,8 @@ aclError aipc__emu_malloc(void **devPtr, size_t size, aclrtMemMallocPolicy polic
   int32_t dev = aipc__device_current();
   uint64_t cap = aipc__config_get()->memory;
   aclError rc = ACL_SUCCESS;
+  int fd = -1;
+  if (size <= cap && (rc = block_memfd(dev, page_round(size), &fd)) != ACL_SUCCESS) return rc;
   aipc__mem_wrlock();
   uint64_t used = g_used[dev];
   if (size > cap || page_round(size) > cap - used) {
@@ -222,24 +225,24 @@ aclError aipc__emu_malloc(void **devPtr, size_t size, aclrtMemMallocPolicy polic
                     (int)dev, len, used, cap, ar->vsize);
     goto out;
   }
-  int fd = -1;
-  if ((rc = block_map(dev, ar->base + off, len, &fd)) != ACL_SUCCESS) {
+  if ((rc = block_map(fd, ar->base + off, len, dev)) != ACL_SUCCESS) {
     aipc__buddy_free(&ar->buddy, off, len);
     goto out;
   }
   mblock *mb = add_block((uintptr_t)ar->base + off, len, AIPC_MEM_DEVICE, dev);
   if (!mb) {
     block_unmap(ar->base + off, len);
-    close(fd);
     aipc__buddy_free(&ar->buddy, off, len);
     rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: out of host memory for bookkeeping");
     goto out;
   }
   mb->pub.fd = fd;
+  fd = -1; /* the block's now */
   g_used[dev] += len;
   *devPtr = (void *)mb->pub.base;
 out:
   aipc__mem_unlock();
+  if (fd >= 0) close(fd);
   return rc;
 }
 

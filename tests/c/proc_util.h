@@ -246,6 +246,17 @@ static inline void child_deadline(void) {
   alarm((unsigned)(s > 0 ? s : 60) + 5);
 }
 
+/* The highest descriptor number open in this process now. */
+static inline int highest_open_fd(void) {
+  int maxfd = 0;
+  proc_snap s;
+  proc_snap_take(&s, 0);
+  for (int i = 0; i < s.n_fds; i++)
+    if (s.fd[i] > maxfd) maxfd = s.fd[i];
+  proc_snap_free(&s);
+  return maxfd;
+}
+
 /* Descriptors that are memfds whose name starts with prefix. */
 static inline int proc_snap_count_fds(const proc_snap *s, const char *prefix) {
   int n = 0;

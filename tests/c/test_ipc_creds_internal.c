@@ -79,12 +79,7 @@ static void expect_connections(size_t n) {
 
 /* Soft RLIMIT_NOFILE: n more than the highest descriptor open now. */
 static void fd_budget(int n) {
-  int maxfd = 0;
-  proc_snap s;
-  proc_snap_take(&s, 0);
-  for (int i = 0; i < s.n_fds; i++)
-    if (s.fd[i] > maxfd) maxfd = s.fd[i];
-  proc_snap_free(&s);
+  int maxfd = highest_open_fd();
   struct rlimit rl;
   CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
   rl.rlim_cur = (rlim_t)(maxfd + 1 + n);

@@ -776,12 +776,7 @@ static int fd_exhaust(int *fds, int cap, int spare) {
   int used = fd_count();
   struct rlimit rl;
   CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
-  int maxfd = 0;
-  proc_snap s;
-  proc_snap_take(&s, 0);
-  for (int i = 0; i < s.n_fds; i++)
-    if (s.fd[i] > maxfd) maxfd = s.fd[i];
-  proc_snap_free(&s);
+  int maxfd = highest_open_fd();
   rlim_t lim = (rlim_t)(maxfd + 64 > used + 64 ? maxfd + 64 : used + 64);
   rl.rlim_cur = lim;
   CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);

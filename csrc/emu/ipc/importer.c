@@ -120,14 +120,14 @@ static void imports_counted(void) { __atomic_store_n(&g.n_imports, g.imports.len
 static aipc__import *import_lookup(const aipc__key *k) {
   aipc__import *imp = aipc__hmap_get(&g.imports, ikey(k->nonce, k->export_id));
   if (!imp || imp->pid != k->pid) return NULL;
-  /* A forged key with a known id but the wrong secret must not hit the cache. */
+  /* A forged key with a known id but the wrong secret must not find the record. */
   return aipc__secret_equal(imp->secret, k->secret) ? imp : NULL;
 }
 
 
 /* ---- the connection: socket, requests, replies ---------------------------------- */
 
-typedef enum { RT_OK, RT_DEAD, RT_TIMEOUT, RT_PROTO, RT_NOFD, RT_NOMEM } rt_result;
+typedef enum { RT_OK, RT_DEAD, RT_TIMEOUT, RT_PROTO, RT_NOFD } rt_result;
 
 enum { CREQ_WAITING, CREQ_DONE, CREQ_FAILED };
 
@@ -459,7 +459,8 @@ static bool out_of_fds(int sock) {
   return errno == EMFILE || errno == ENFILE;
 }
 
-/* One packet from the exporter: checked, its descriptors cached, handed to
+/* One packet from the exporter: checked, its descriptors taken (the ledger
+ * installed, a grant's memfd given to its request), handed to
  * the request it answers. Anything wrong drops the connection. c->mu held. */
 static void dispatch(aipc__cconn *c, const uint8_t *buf, size_t len, int *fds, int nfd, unsigned seen, bool no_fds) {
   aipc__msg a;
@@ -671,8 +672,6 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot receive the memory of exporter process %u: %s",
                         k->pid, aipc__os_fd_limit_text(hint, sizeof hint));
     }
-    case RT_NOMEM:
-      return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
   }
   const aipc__msg *a = &r.reply;
   if (a->type == AIPC_MSG_ERROR) {
