@@ -60,10 +60,57 @@ typedef const char *aipc_cstr;
     (dst, destMax, src, count, kind, stream), NULL, OPTIONAL)                                                  \
   X(aclError, aclrtMemset, memset, (void *devPtr, size_t maxCount, int32_t value, size_t count),              \
     (devPtr, maxCount, value, count), NULL, OPTIONAL)                                                          \
+  X(aclError, aclrtMemsetAsync, memset_async,                                                                  \
+    (void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream),                          \
+    (devPtr, maxCount, value, count, stream), NULL, OPTIONAL)                                                  \
   X(aclError, aclrtCreateStream, create_stream, (aclrtStream * stream), (stream), NULL, OPTIONAL)              \
   X(aclError, aclrtDestroyStream, destroy_stream, (aclrtStream stream), (stream), NULL, OPTIONAL)              \
   X(aclError, aclrtDestroyStreamForce, destroy_stream_force, (aclrtStream stream), (stream), NULL, OPTIONAL)   \
   X(aclError, aclrtSynchronizeStream, synchronize_stream, (aclrtStream stream), (stream), NULL, OPTIONAL)      \
+  X(aclError, aclrtSynchronizeStreamWithTimeout, synchronize_stream_with_timeout,                               \
+    (aclrtStream stream, int32_t timeout), (stream, timeout), NULL, OPTIONAL)                                  \
+  X(aclError, aclrtCreateEvent, create_event, (aclrtEvent * event), (event), NULL, OPTIONAL)                   \
+  X(aclError, aclrtCreateEventWithFlag, create_event_with_flag, (aclrtEvent * event, uint32_t flag),           \
+    (event, flag), NULL, OPTIONAL)                                                                             \
+  X(aclError, aclrtCreateEventExWithFlag, create_event_ex_with_flag, (aclrtEvent * event, uint32_t flag),      \
+    (event, flag), "CANN 8.2.RC1", OPTIONAL)                                                                   \
+  X(aclError, aclrtDestroyEvent, destroy_event, (aclrtEvent event), (event), NULL, OPTIONAL)                   \
+  X(aclError, aclrtRecordEvent, record_event, (aclrtEvent event, aclrtStream stream), (event, stream), NULL,   \
+    OPTIONAL)                                                                                                  \
+  X(aclError, aclrtQueryEventStatus, query_event_status, (aclrtEvent event, aclrtEventRecordedStatus * status), \
+    (event, status), NULL, OPTIONAL)                                                                           \
+  X(aclError, aclrtSynchronizeEvent, synchronize_event, (aclrtEvent event), (event), NULL, OPTIONAL)           \
+  X(aclError, aclrtSynchronizeEventWithTimeout, synchronize_event_with_timeout,                                 \
+    (aclrtEvent event, int32_t timeout), (event, timeout), NULL, OPTIONAL)                                     \
+  X(aclError, aclrtStreamWaitEvent, stream_wait_event, (aclrtStream stream, aclrtEvent event), (stream, event), \
+    NULL, OPTIONAL)                                                                                            \
+  X(aclError, aclrtStreamWaitEventWithTimeout, stream_wait_event_with_timeout,                                  \
+    (aclrtStream stream, aclrtEvent event, int32_t timeout), (stream, event, timeout), NULL, OPTIONAL)         \
+  X(aclError, aclrtEventElapsedTime, event_elapsed_time, (float *ms, aclrtEvent startEvent, aclrtEvent endEvent), \
+    (ms, startEvent, endEvent), NULL, OPTIONAL)                                                                \
+  X(aclError, aclrtIpcGetEventHandle, ipc_get_event_handle, (aclrtEvent event, aclrtIpcEventHandle * handle),  \
+    (event, handle), "CANN 8.5.0", OPTIONAL)                                                                   \
+  X(aclError, aclrtIpcOpenEventHandle, ipc_open_event_handle, (aclrtIpcEventHandle handle, aclrtEvent * event), \
+    (handle, event), "CANN 8.5.0", OPTIONAL)                                                                   \
+  X(aclError, aclrtCreateNotify, create_notify, (aclrtNotify * notify, uint64_t flag), (notify, flag), NULL,   \
+    OPTIONAL)                                                                                                  \
+  X(aclError, aclrtDestroyNotify, destroy_notify, (aclrtNotify notify), (notify), NULL, OPTIONAL)              \
+  X(aclError, aclrtRecordNotify, record_notify, (aclrtNotify notify, aclrtStream stream), (notify, stream),    \
+    NULL, OPTIONAL)                                                                                            \
+  X(aclError, aclrtWaitAndResetNotify, wait_and_reset_notify,                                                   \
+    (aclrtNotify notify, aclrtStream stream, uint32_t timeout), (notify, stream, timeout), NULL, OPTIONAL)     \
+  X(aclError, aclrtGetNotifyId, get_notify_id, (aclrtNotify notify, uint32_t * notifyId), (notify, notifyId),  \
+    NULL, OPTIONAL)                                                                                            \
+  X(aclError, aclrtNotifyGetExportKey, notify_get_export_key,                                                   \
+    (aclrtNotify notify, char *key, size_t len, uint64_t flags), (notify, key, len, flags), "CANN 8.2.RC1",    \
+    OPTIONAL)                                                                                                  \
+  X(aclError, aclrtNotifyImportByKey, notify_import_by_key, (aclrtNotify * notify, const char *key, uint64_t flags), \
+    (notify, key, flags), "CANN 8.2.RC1", OPTIONAL)                                                            \
+  X(aclError, aclrtNotifySetImportPid, notify_set_import_pid, (aclrtNotify notify, int32_t *pid, size_t num),  \
+    (notify, pid, num), "CANN 8.2.RC1", OPTIONAL)                                                              \
+  X(aclError, aclrtNotifySetImportPidInterServer, notify_set_import_pid_inter_server,                           \
+    (aclrtNotify notify, aclrtServerPid *serverPids, size_t num), (notify, serverPids, num), "CANN 8.5.0",     \
+    OPTIONAL)                                                                                                  \
   X(aclError, aclrtIpcMemGetExportKey, ipc_get_export_key,                                                     \
     (void *devPtr, size_t size, char *key, size_t len, uint64_t flags), (devPtr, size, key, len, flags),       \
     "CANN 8.2.RC1", OPTIONAL)                                                                                  \

@@ -135,6 +135,8 @@ aclError aipc__emu_finalize(void) {
   /* Streams first (their queued copies touch memory), then IPC (it unpins
    * and removes its blocks), then whatever memory is left. */
   aipc__stream_finalize();
+  aipc__event_finalize();
+  aipc__notify_finalize();
   aipc__ipc_finalize();
   aipc__mem_finalize();
   aipc__device_finalize();

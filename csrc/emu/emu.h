@@ -45,17 +45,19 @@ typedef enum aipc__mem_kind {
   AIPC_MEM_DEVICE = 1, /* aclrtMalloc: a sealed memfd of its own, mapped in a device's range */
   AIPC_MEM_HOST = 2,   /* aclrtMallocHost */
   AIPC_MEM_IMPORT = 3, /* an imported mapping, owned by the IPC layer */
+  AIPC_MEM_SYNC = 4,   /* an event's or notify's state page: a sealed memfd of its own, not memory to any call */
+  AIPC_MEM_SYNC_IMPORT = 5, /* another process's SYNC page, mapped by the IPC layer */
 } aipc__mem_kind;
 
 typedef struct aipc__block {
   uintptr_t base;
   size_t size;           /* page-rounded usable size */
   aipc__mem_kind kind;
-  int32_t device;        /* DEVICE: its device; IMPORT: the exporter's device */
-  int fd;                /* DEVICE: its memfd (base is offset 0); -1 for the others */
-  uint32_t pins;         /* DEVICE: IPC exports not yet finished with it */
-  bool user_freed;       /* DEVICE: aclrtFree called while pinned */
-  void *ipc;             /* IMPORT: the IPC layer's import record */
+  int32_t device;        /* DEVICE, SYNC: its device; IMPORT, SYNC_IMPORT: the exporter's device */
+  int fd;                /* DEVICE, SYNC: its memfd (base is offset 0); -1 for the others */
+  uint32_t pins;         /* DEVICE, SYNC: IPC exports not yet finished with it */
+  bool user_freed;       /* DEVICE, SYNC: freed by its owner while pinned */
+  void *ipc;             /* IMPORT, SYNC_IMPORT: the IPC layer's import record */
   void *impl_;           /* memory.c's bookkeeping */
 } aipc__block;
 
@@ -68,9 +70,15 @@ void aipc__mem_unlock(void);
 aipc__block *aipc__mem_find(const void *p);
 
 
-/* Registers an IPC mapping [base, base+size) of the exporter's device.
- * Write lock held. Returns NULL when memory ran out. */
-aipc__block *aipc__mem_add_import(void *base, size_t size, int32_t device, void *ipc);
+/* Registers an IPC mapping [base, base+size) of the exporter's device, of
+ * kind IMPORT or SYNC_IMPORT. Write lock held. Returns NULL when memory ran out. */
+aipc__block *aipc__mem_add_import(void *base, size_t size, int32_t device, aipc__mem_kind kind, void *ipc);
+
+/* A zeroed state page (AIPC_PAGE_SIZE bytes, kind SYNC) for an event or
+ * notify of device, shareable like an allocation. Lock not held. */
+aclError aipc__mem_sync_alloc(const char *call, int32_t device, void **base);
+/* Releases it (at the last unpin if exported). Lock not held. */
+void aipc__mem_sync_free(void *base);
 /* Forgets an import block (the caller unmaps). Write lock held. */
 void aipc__mem_remove_import(aipc__block *b);
 
@@ -80,8 +88,33 @@ void aipc__mem_remove_import(aipc__block *b);
 void aipc__mem_pin(aipc__block *b);
 void aipc__mem_unpin(aipc__block *b);
 
-/* ---- stream.c ----------------------------------------------------------- */
-/* (private to stream.c and the copy entry points) */
+/* ---- stream.c: work queued on streams ------------------------------------ */
+
+/*
+ * A unit of stream work. The submitter allocates it (the record first in
+ * a larger struct) and hands it over; stream.c runs it on the stream's
+ * worker, in order, and then calls free, or calls free without running it
+ * when the stream drops its queue (aclrtDestroyStreamForce).
+ *
+ * run gets the stream's first unreported error (ACL_SUCCESS if none) and
+ * a flag that turns true when the stream is destroyed by force: a task that
+ * blocks checks it at least every AIPC_TASK_POLL_MS. It returns
+ * ACL_SUCCESS, or an error recorded with aipc__fail, which the stream keeps
+ * for aclrtSynchronizeStream.
+ */
+typedef struct aipc__task aipc__task;
+struct aipc__task {
+  aipc__task *next; /* stream.c's */
+  aclError (*run)(aipc__task *t, aclError failed, const _Atomic(bool) *cancel);
+  void (*free)(aipc__task *t);
+};
+#define AIPC_TASK_POLL_MS 50
+
+/* Queues t on stream h (NULL: the default stream). Takes t in every case:
+ * on failure it is freed unrun. */
+aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t);
+/* The device stream h was created on (NULL: the calling thread's current device). */
+aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device);
 
 /* ---- fork --------------------------------------------------------------- */
 

@@ -22,6 +22,8 @@ void aipc__mem_finalize(void);
  */
 aclError aipc__copy_check(const char *call, void *dst, size_t destMax, const void *src, size_t count,
                           aclrtMemcpyKind kind, int32_t cur_dev, bool async);
+/* Validates a memset of count bytes at devPtr (device memory only); memory lock held. */
+aclError aipc__memset_check(const char *call, void *devPtr, size_t count);
 /* Name of a memcpy kind ("ACL_MEMCPY_HOST_TO_DEVICE"), or "unknown kind". */
 const char *aipc__memcpy_kind_name(int kind);
 
@@ -32,6 +34,17 @@ void aipc__stream_finalize(void);
 void aipc__stream_reset_device(int32_t device);
 void aipc__stream_atfork_prepare(void);
 void aipc__stream_atfork_parent(void);
+
+/* event.c, notify.c: aclFinalize (after the streams drained, before the
+ * IPC layer) and fork (lock order: event, notify -> IPC layer -> memory). */
+void aipc__event_finalize(void);
+void aipc__event_atfork_prepare(void);
+void aipc__event_atfork_parent(void);
+void aipc__event_atfork_child(void);
+void aipc__notify_finalize(void);
+void aipc__notify_atfork_prepare(void);
+void aipc__notify_atfork_parent(void);
+void aipc__notify_atfork_child(void);
 
 /* device.c */
 void aipc__device_finalize(void);

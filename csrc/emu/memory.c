@@ -246,6 +246,10 @@ out:
   return rc;
 }
 
+static const char sync_text[] =
+    "the runtime's state page of an event or notify, not memory (events and notifies are released with "
+    "aclrtDestroyEvent / aclrtDestroyNotify)";
+
 /* Why p is not something aclrtFree/aclrtFreeHost accepts. Lock held. */
 static aclError explain_unknown(const char *call, const void *p) {
   int32_t d = arena_of(p);
@@ -269,6 +273,8 @@ aclError aipc__emu_free(void *devPtr) {
   } else if (b->kind == AIPC_MEM_IMPORT) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
                     "aclrtFree: %p is IPC-imported memory; imported memory is released with aclrtIpcMemClose", devPtr);
+  } else if (b->kind == AIPC_MEM_SYNC || b->kind == AIPC_MEM_SYNC_IMPORT) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p is %s", devPtr, sync_text);
   } else if (b->user_freed) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p was already freed (double free)", devPtr);
   } else if (b->base != (uintptr_t)devPtr) {
@@ -290,16 +296,68 @@ aclError aipc__emu_free(void *devPtr) {
   return rc;
 }
 
+/* ---- state pages of events and notifies ---------------------------------- */
+
+/* Write lock held. */
+static void release_sync_block(mblock *mb) {
+  aipc__omap_remove(&g_map, &mb->node);
+  munmap((void *)mb->pub.base, mb->pub.size);
+  close(mb->pub.fd);
+  free(mb);
+}
+
+aclError aipc__mem_sync_alloc(const char *call, int32_t device, void **base) {
+  char name[40];
+  snprintf(name, sizeof name, "ascend_ipc_sync_dev%d", (int)device);
+  int fd = aipc__os_memfd_sealed(name, AIPC_PAGE_SIZE);
+  if (fd < 0 && errno == EMFILE && aipc__os_raise_fd_limit()) fd = aipc__os_memfd_sealed(name, AIPC_PAGE_SIZE);
+  if (fd < 0) {
+    int e = errno;
+    char limit[320];
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: cannot create the shared state: %s", call,
+                      e == EMFILE || e == ENFILE ? aipc__os_fd_limit_text(limit, sizeof limit) : strerror(e));
+  }
+  void *p = aipc__os_map_shared(fd, AIPC_PAGE_SIZE);
+  if (!p) {
+    int e = errno;
+    close(fd);
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: cannot map the shared state: %s", call, strerror(e));
+  }
+  aipc__mem_wrlock();
+  mblock *mb = add_block((uintptr_t)p, AIPC_PAGE_SIZE, AIPC_MEM_SYNC, device);
+  if (mb) mb->pub.fd = fd;
+  aipc__mem_unlock();
+  if (!mb) {
+    munmap(p, AIPC_PAGE_SIZE);
+    close(fd);
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory for bookkeeping", call);
+  }
+  *base = p;
+  return ACL_SUCCESS;
+}
+
+void aipc__mem_sync_free(void *base) {
+  aipc__mem_wrlock();
+  aipc__block *b = aipc__mem_find(base);
+  if (b && b->kind == AIPC_MEM_SYNC && !b->user_freed) {
+    if (b->pins > 0)
+      b->user_freed = true; /* the last unpin releases it */
+    else
+      release_sync_block(mb_of(b));
+  }
+  aipc__mem_unlock();
+}
+
 void aipc__mem_pin(aipc__block *b) { b->pins++; }
 
 void aipc__mem_unpin(aipc__block *b) {
   if (b->pins > 0) b->pins--;
-  if (b->pins == 0 && b->user_freed) release_device_block(mb_of(b));
+  if (b->pins == 0 && b->user_freed) (b->kind == AIPC_MEM_SYNC ? release_sync_block : release_device_block)(mb_of(b));
 }
 
-aipc__block *aipc__mem_add_import(void *base, size_t size, int32_t device, void *ipc) {
+aipc__block *aipc__mem_add_import(void *base, size_t size, int32_t device, aipc__mem_kind kind, void *ipc) {
   if (!base || size == 0) return NULL;
-  mblock *mb = add_block((uintptr_t)base, size, AIPC_MEM_IMPORT, device);
+  mblock *mb = add_block((uintptr_t)base, size, kind, device);
   if (!mb) return NULL;
   mb->pub.ipc = ipc;
   return &mb->pub;
@@ -344,6 +402,8 @@ aclError aipc__emu_free_host(void *hostPtr) {
   aipc__block *b = aipc__mem_find(hostPtr);
   if (!b) {
     rc = explain_unknown("aclrtFreeHost", hostPtr);
+  } else if (b->kind == AIPC_MEM_SYNC || b->kind == AIPC_MEM_SYNC_IMPORT) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: %p is %s", hostPtr, sync_text);
   } else if (b->kind != AIPC_MEM_HOST) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: %p is %s memory; release it with %s", hostPtr,
                     b->kind == AIPC_MEM_DEVICE ? "device" : "IPC-imported",
@@ -401,6 +461,8 @@ static aclError classify(const char *call, const char *role, const void *p, size
     *o = (operand){false, false, -1};
     return ACL_SUCCESS;
   }
+  if (b->kind == AIPC_MEM_SYNC || b->kind == AIPC_MEM_SYNC_IMPORT)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s %p is %s", call, role, p, sync_text);
   if (b->kind == AIPC_MEM_DEVICE && b->user_freed)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s %p belongs to an allocation already released with aclrtFree", call,
                       role, p);
@@ -511,15 +573,20 @@ aclError aipc__emu_memcpy(void *dst, size_t destMax, const void *src, size_t cou
   return rc;
 }
 
+aclError aipc__memset_check(const char *call, void *devPtr, size_t count) {
+  operand o;
+  aclError rc = classify(call, "devPtr", devPtr, count, &o);
+  if (rc == ACL_SUCCESS && !o.device)
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr %p is host memory, not device memory", call, devPtr);
+  return rc;
+}
+
 aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: devPtr is NULL");
   if (count > maxCount)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: count %zu is larger than maxCount %zu", count, maxCount);
-  operand o;
   aipc__mem_rdlock();
-  aclError rc = classify("aclrtMemset", "devPtr", devPtr, count, &o);
-  if (rc == ACL_SUCCESS && !o.device)
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: devPtr %p is host memory, not device memory", devPtr);
+  aclError rc = aipc__memset_check("aclrtMemset", devPtr, count);
   if (rc == ACL_SUCCESS) memset(devPtr, (int)(value & 0xff), count);
   aipc__mem_unlock();
   return rc;
@@ -529,7 +596,8 @@ aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t c
 
 static void drop_block(aipc__onode *n, void *unmap_host) {
   mblock *mb = mb_of_node(n);
-  if (mb->pub.kind == AIPC_MEM_HOST && unmap_host) munmap((void *)mb->pub.base, mb->pub.size);
+  if ((mb->pub.kind == AIPC_MEM_HOST || mb->pub.kind == AIPC_MEM_SYNC) && unmap_host)
+    munmap((void *)mb->pub.base, mb->pub.size);
   if (mb->pub.fd >= 0) close(mb->pub.fd);
   free(mb);
 }

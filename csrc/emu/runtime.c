@@ -2,9 +2,11 @@
 #include <pthread.h>
 
 #include "core/provider.h"
-#include "emu.h"
+#include "emu_internal.h"
 
 static void atfork_prepare(void) {
+  aipc__event_atfork_prepare();
+  aipc__notify_atfork_prepare();
   aipc__ipc_atfork_prepare();
   aipc__mem_atfork_prepare();
 }
@@ -12,12 +14,16 @@ static void atfork_prepare(void) {
 static void atfork_parent(void) {
   aipc__mem_atfork_parent();
   aipc__ipc_atfork_parent();
+  aipc__notify_atfork_parent();
+  aipc__event_atfork_parent();
 }
 
 static void atfork_child(void) {
   aipc__mem_atfork_child();
   aipc__stream_atfork_child();
   aipc__ipc_atfork_child();
+  aipc__event_atfork_child();
+  aipc__notify_atfork_child();
 }
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -34,7 +40,7 @@ static const aipc_provider emu_provider = {
 #undef AIPC_EMU_ENTRY_
     .ipc_get_attr = aipc__emu_ipc_get_attr,
     /* None: each part of the emulator owns its state in its own file
-     * (device.c, memory.c, stream.c, ipc/), behind its own lock. */
+     * (device.c, memory.c, stream.c, event.c, notify.c, ipc/), behind its own lock. */
     .private_data = NULL,
 };
 

@@ -1,8 +1,14 @@
 /*
- * Streams: each has a worker thread and a FIFO of copies. Work is validated
+ * Streams: each has a worker thread and a FIFO of tasks (copies, memsets,
+ * event records and waits, notify records and waits). Work is validated
  * when queued (argument errors come back at once) and again when it runs,
- * under the memory lock, so memory freed in between is an asynchronous
- * error that aclrtSynchronizeStream reports.
+ * so memory freed in between is an asynchronous error that
+ * aclrtSynchronizeStream reports.
+ *
+ * After a task fails, the stream skips the copies and memsets queued behind
+ * it until aclrtSynchronizeStream has reported the failure, and the events
+ * it records complete with the failure: a consumer waiting on them learns
+ * that the bytes it was waiting for were never written.
  *
  * Handles are checked against a registry of live streams, so a stale or
  * made-up handle is an error, not a crash. Callers hold a reference while
@@ -18,23 +24,15 @@
 #include "os/os.h"
 #include "emu_internal.h"
 
-typedef struct job {
-  struct job *next;
-  void *dst;
-  const void *src;
-  size_t destMax, count;
-  aclrtMemcpyKind kind;
-  int32_t cur_dev;
-} job;
-
 typedef struct stream {
   pthread_mutex_t mu;
   pthread_cond_t work; /* queue non-empty or stop */
   pthread_cond_t idle; /* pending reached 0 */
-  job *head, *tail;
+  aipc__task *head, *tail;
   size_t pending; /* queued plus running */
   bool stop;
-  aclError err; /* first asynchronous error since the last synchronize */
+  atomic_bool cancel; /* DestroyStreamForce / ResetDeviceForce: a blocked wait gives up */
+  aclError err;       /* first asynchronous error since the last synchronize */
   char msg[512];
   pthread_t thread;
   atomic_int refs;
@@ -47,37 +45,31 @@ static stream *g_default;                  /* the NULL stream, created lazily */
 
 static aipc__hkey handle_key(const void *s) { return (aipc__hkey){(uint64_t)(uintptr_t)s, 0}; }
 
-static void free_jobs(stream *s) {
-  for (job *j = s->head, *next; j; j = next) {
-    next = j->next;
-    free(j);
+static void free_tasks(stream *s) {
+  for (aipc__task *t = s->head, *next; t; t = next) {
+    next = t->next;
+    t->free(t);
+  }
+  s->head = s->tail = NULL;
+}
+
+/* Fork child: frees the task records only (what they reference, events
+ * included, the child's other parts forget by themselves). */
+static void forget_tasks(stream *s) {
+  for (aipc__task *t = s->head, *next; t; t = next) {
+    next = t->next;
+    free(t);
   }
   s->head = s->tail = NULL;
 }
 
 static void put(stream *s) {
   if (atomic_fetch_sub(&s->refs, 1) != 1) return;
-  free_jobs(s);
+  free_tasks(s);
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->idle);
   pthread_mutex_destroy(&s->mu);
   free(s);
-}
-
-static void run_job(stream *s, const job *j) {
-  aipc__mem_rdlock();
-  aclError rc = aipc__copy_check("aclrtMemcpyAsync (running on the stream)", j->dst, j->destMax, j->src, j->count,
-                                 j->kind, j->cur_dev, true);
-  if (rc == ACL_SUCCESS) memmove(j->dst, j->src, j->count);
-  aipc__mem_unlock();
-  if (rc == ACL_SUCCESS) return;
-  const char *m = aipc__recent_err_msg();
-  pthread_mutex_lock(&s->mu);
-  if (s->err == ACL_SUCCESS) {
-    s->err = rc;
-    snprintf(s->msg, sizeof s->msg, "%s", m ? m : aipc__error_text(rc));
-  }
-  pthread_mutex_unlock(&s->mu);
 }
 
 static void *worker(void *arg) {
@@ -85,14 +77,20 @@ static void *worker(void *arg) {
   pthread_mutex_lock(&s->mu);
   for (;;) {
     while (!s->head && !s->stop) pthread_cond_wait(&s->work, &s->mu);
-    job *j = s->head;
-    if (!j) break;
-    s->head = j->next;
+    aipc__task *t = s->head;
+    if (!t) break;
+    s->head = t->next;
     if (!s->head) s->tail = NULL;
+    aclError failed = s->err;
     pthread_mutex_unlock(&s->mu);
-    run_job(s, j);
-    free(j);
+    aclError rc = t->run(t, failed, &s->cancel);
+    const char *m = rc ? aipc__recent_err_msg() : NULL;
+    t->free(t);
     pthread_mutex_lock(&s->mu);
+    if (rc && s->err == ACL_SUCCESS) {
+      s->err = rc;
+      snprintf(s->msg, sizeof s->msg, "%s", m ? m : aipc__error_text(rc));
+    }
     if (--s->pending == 0) pthread_cond_broadcast(&s->idle);
   }
   pthread_mutex_unlock(&s->mu);
@@ -106,6 +104,7 @@ static aclError stream_new(const char *call, stream **out) {
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->idle, NULL);
   atomic_init(&s->refs, 1);
+  atomic_init(&s->cancel, false);
   s->device = aipc__device_current();
   int e = aipc__os_thread_start(&s->thread, worker, s);
   if (e != 0) {
@@ -116,13 +115,15 @@ static aclError stream_new(const char *call, stream **out) {
   return ACL_SUCCESS;
 }
 
-/* Waits for s's queued work (force: only for the copy already running; the
- * rest is dropped), stops and joins its worker, drops one reference. */
+/* Waits for s's queued work (force: only for the task already running,
+ * which is told to give up if it waits; the rest is dropped), stops and
+ * joins its worker, drops one reference. */
 static void stream_shutdown(stream *s, bool force) {
   pthread_mutex_lock(&s->mu);
   if (force) {
-    for (job *j = s->head; j; j = j->next) s->pending--;
-    free_jobs(s);
+    atomic_store(&s->cancel, true);
+    for (aipc__task *t = s->head; t; t = t->next) s->pending--;
+    free_tasks(s);
     if (s->pending == 0) pthread_cond_broadcast(&s->idle); /* for a synchronize in another thread */
   }
   while (s->pending > 0) pthread_cond_wait(&s->idle, &s->mu);
@@ -153,6 +154,46 @@ static aclError get(const char *call, aclrtStream h, stream **out) {
   }
   pthread_mutex_unlock(&g_reg_mu);
   return rc;
+}
+
+aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
+  stream *s;
+  aclError rc = get(call, h, &s);
+  if (rc) {
+    t->free(t);
+    return rc;
+  }
+  t->next = NULL;
+  pthread_mutex_lock(&s->mu);
+  if (s->stop) {
+    pthread_mutex_unlock(&s->mu);
+    t->free(t);
+    put(s);
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is being destroyed", call, h);
+  }
+  if (s->tail)
+    s->tail->next = t;
+  else
+    s->head = t;
+  s->tail = t;
+  s->pending++;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+  put(s);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device) {
+  if (!h) {
+    *device = aipc__device_current();
+    return ACL_SUCCESS;
+  }
+  stream *s;
+  aclError rc = get(call, h, &s);
+  if (rc) return rc;
+  *device = s->device;
+  put(s);
+  return ACL_SUCCESS;
 }
 
 aclError aipc__emu_create_stream(aclrtStream *stream_out) {
@@ -187,20 +228,79 @@ aclError aipc__emu_destroy_stream(aclrtStream h) { return destroy("aclrtDestroyS
 
 aclError aipc__emu_destroy_stream_force(aclrtStream h) { return destroy("aclrtDestroyStreamForce", h, true); }
 
-aclError aipc__emu_synchronize_stream(aclrtStream h) {
+/* Waits until s is idle, or until timeout_ms (< 0: no limit) passes. */
+static bool wait_idle(stream *s, int64_t timeout_ms) {
+  if (timeout_ms < 0) {
+    while (s->pending > 0) pthread_cond_wait(&s->idle, &s->mu);
+    return true;
+  }
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += timeout_ms / 1000;
+  until.tv_nsec += (timeout_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  while (s->pending > 0)
+    if (pthread_cond_timedwait(&s->idle, &s->mu, &until) != 0 && s->pending > 0) return false;
+  return true;
+}
+
+static aclError synchronize(const char *call, aclrtStream h, int64_t timeout_ms) {
   stream *s;
-  aclError rc = get("aclrtSynchronizeStream", h, &s);
+  aclError rc = get(call, h, &s);
   if (rc) return rc;
   char msg[sizeof s->msg];
   pthread_mutex_lock(&s->mu);
-  while (s->pending > 0) pthread_cond_wait(&s->idle, &s->mu);
+  if (!wait_idle(s, timeout_ms)) {
+    pthread_mutex_unlock(&s->mu);
+    put(s);
+    return aipc__fail(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "%s: the stream's work did not finish within %lld ms", call,
+                      (long long)timeout_ms);
+  }
   rc = s->err;
   memcpy(msg, s->msg, sizeof msg);
   s->err = ACL_SUCCESS;
   pthread_mutex_unlock(&s->mu);
   put(s);
-  if (rc) return aipc__fail(rc, "aclrtSynchronizeStream: queued work failed: %s", msg);
+  if (rc) return aipc__fail(rc, "%s: queued work failed: %s", call, msg);
   return ACL_SUCCESS;
+}
+
+aclError aipc__emu_synchronize_stream(aclrtStream h) { return synchronize("aclrtSynchronizeStream", h, -1); }
+
+aclError aipc__emu_synchronize_stream_with_timeout(aclrtStream h, int32_t timeout) {
+  static const char call[] = "aclrtSynchronizeStreamWithTimeout";
+  if (timeout < -1)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: timeout %d ms is invalid (-1: wait without limit, or >= 0)", call,
+                      (int)timeout);
+  return synchronize(call, h, timeout == 0 ? -1 : timeout);
+}
+
+/* ---- copies and memsets ---------------------------------------------- */
+
+typedef struct copy_task {
+  aipc__task t;
+  void *dst;
+  const void *src;
+  size_t destMax, count;
+  aclrtMemcpyKind kind;
+  int32_t cur_dev;
+} copy_task;
+
+static void free_plain(aipc__task *t) { free(t); }
+
+static aclError run_copy(aipc__task *t, aclError failed, const atomic_bool *cancel) {
+  (void)cancel;
+  if (failed) return ACL_SUCCESS; /* skipped: see the top of this file */
+  copy_task *c = (copy_task *)t;
+  aipc__mem_rdlock();
+  aclError rc = aipc__copy_check("aclrtMemcpyAsync (running on the stream)", c->dst, c->destMax, c->src, c->count,
+                                 c->kind, c->cur_dev, true);
+  if (rc == ACL_SUCCESS) memmove(c->dst, c->src, c->count);
+  aipc__mem_unlock();
+  return rc;
 }
 
 aclError aipc__emu_memcpy_async(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
@@ -212,40 +312,57 @@ aclError aipc__emu_memcpy_async(void *dst, size_t destMax, const void *src, size
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: kind %d is not an aclrtMemcpyKind (0..7)", call, (int)kind);
   if (count > destMax)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than destMax %zu", call, count, destMax);
-  stream *s;
-  aclError rc = get(call, h, &s);
-  if (rc) return rc;
-  if (count == 0) goto out;
+  int32_t dev;
+  aclError rc = aipc__stream_device(call, h, &dev); /* a bad handle is an error even for 0 bytes */
+  if (rc || count == 0) return rc;
   int32_t cur = aipc__device_current();
   aipc__mem_rdlock();
   rc = aipc__copy_check(call, dst, destMax, src, count, kind, cur, true);
   aipc__mem_unlock();
-  if (rc) goto out;
-  job *j = malloc(sizeof *j);
-  if (!j) {
-    rc = aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
-    goto out;
-  }
-  *j = (job){NULL, dst, src, destMax, count, kind, cur};
-  pthread_mutex_lock(&s->mu);
-  if (s->stop) {
-    pthread_mutex_unlock(&s->mu);
-    free(j);
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is being destroyed", call, h);
-    goto out;
-  }
-  if (s->tail)
-    s->tail->next = j;
-  else
-    s->head = j;
-  s->tail = j;
-  s->pending++;
-  pthread_cond_signal(&s->work);
-  pthread_mutex_unlock(&s->mu);
-out:
-  put(s);
+  if (rc) return rc;
+  copy_task *c = malloc(sizeof *c);
+  if (!c) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+  *c = (copy_task){{NULL, run_copy, free_plain}, dst, src, destMax, count, kind, cur};
+  return aipc__stream_submit(call, h, &c->t);
+}
+
+typedef struct memset_task {
+  aipc__task t;
+  void *dst;
+  size_t count;
+  int value;
+} memset_task;
+
+static aclError run_memset(aipc__task *t, aclError failed, const atomic_bool *cancel) {
+  (void)cancel;
+  if (failed) return ACL_SUCCESS;
+  memset_task *m = (memset_task *)t;
+  aipc__mem_rdlock();
+  aclError rc = aipc__memset_check("aclrtMemsetAsync (running on the stream)", m->dst, m->count);
+  if (rc == ACL_SUCCESS) memset(m->dst, m->value, m->count);
+  aipc__mem_unlock();
   return rc;
 }
+
+aclError aipc__emu_memset_async(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream h) {
+  static const char call[] = "aclrtMemsetAsync";
+  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
+  if (count > maxCount)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than maxCount %zu", call, count, maxCount);
+  int32_t dev;
+  aclError rc = aipc__stream_device(call, h, &dev);
+  if (rc || count == 0) return rc;
+  aipc__mem_rdlock();
+  rc = aipc__memset_check(call, devPtr, count);
+  aipc__mem_unlock();
+  if (rc) return rc;
+  memset_task *m = malloc(sizeof *m);
+  if (!m) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+  *m = (memset_task){{NULL, run_memset, free_plain}, devPtr, count, (int)(value & 0xff)};
+  return aipc__stream_submit(call, h, &m->t);
+}
+
+/* ---- teardown and fork ------------------------------------------------ */
 
 void aipc__stream_finalize(void) {
   for (;;) {
@@ -323,12 +440,12 @@ void aipc__stream_atfork_child(void) {
   size_t cur = 0;
   void *v;
   while (aipc__hmap_next(&g_reg, &cur, NULL, &v)) {
-    free_jobs(v);
+    forget_tasks(v);
     free(v);
   }
   aipc__hmap_clear(&g_reg);
   if (g_default) {
-    free_jobs(g_default);
+    forget_tasks(g_default);
     free(g_default);
     g_default = NULL;
   }

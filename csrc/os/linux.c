@@ -12,6 +12,9 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <linux/futex.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,6 +28,28 @@ static uint64_t ms_of(clockid_t clock) {
 
 uint64_t aipc__os_now_ms(void) { return ms_of(CLOCK_MONOTONIC); }
 uint64_t aipc__os_now_ms_coarse(void) { return ms_of(CLOCK_MONOTONIC_COARSE); }
+
+uint64_t aipc__os_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int aipc__os_futex_wait(const uint32_t *word, uint32_t expected, int timeout_ms) {
+  struct timespec ts, *tp = NULL;
+  if (timeout_ms >= 0) {
+    ts.tv_sec = timeout_ms / 1000;
+    ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
+    tp = &ts;
+  }
+  /* Not FUTEX_PRIVATE: the word may be in a page other processes map. */
+  long r = syscall(SYS_futex, word, FUTEX_WAIT, expected, tp, NULL, 0);
+  if (r == 0 || errno == EAGAIN) return 0;
+  return -1;
+}
+
+void aipc__os_futex_wake_all(const uint32_t *word) { syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0); }
+
 
 int aipc__os_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg) {
   /* The new thread inherits the mask in force while it is created. */
@@ -192,7 +217,7 @@ void aipc__os_close_after_reply(int sock) {
 }
 
 /* After the last ')': the command name may hold spaces and parentheses. */
-static int parse_start(const char *text, size_t len, uint64_t *start) {
+static int parse_start(const char *text, size_t len, uint64_t *start, char *state) {
   const char *p = memrchr(text, ')', len);
   if (!p) return -1;
   const char *end = text + len;
@@ -203,6 +228,7 @@ static int parse_start(const char *text, size_t len, uint64_t *start) {
     if (p == end) return -1;
     const char *tok = p;
     while (p < end && *p != ' ' && *p != '\n') p++;
+    if (field == 3) *state = *tok;
     if (field < 22) continue;
     uint64_t v = 0;
     for (const char *q = tok; q < p; q++) {
@@ -216,7 +242,8 @@ static int parse_start(const char *text, size_t len, uint64_t *start) {
   return -1;
 }
 
-int aipc__os_process_start(pid_t pid, uint64_t *start) {
+/* Start time and state (R, S, Z, ...) of process pid, from /proc/<pid>/stat. */
+static int process_stat(pid_t pid, uint64_t *start, char *state) {
   if (pid <= 0) {
     errno = ESRCH;
     return -1;
@@ -245,11 +272,16 @@ int aipc__os_process_start(pid_t pid, uint64_t *start) {
     if (r == 0 || (len += (size_t)r) == sizeof text) break;
   }
   close(fd);
-  if (len == sizeof text || parse_start(text, len, start) != 0) {
+  if (len == sizeof text || parse_start(text, len, start, state) != 0) {
     errno = EPROTO;
     return -1;
   }
   return 0;
+}
+
+int aipc__os_process_start(pid_t pid, uint64_t *start) {
+  char state;
+  return process_stat(pid, start, &state);
 }
 
 int aipc__os_poller_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
@@ -281,4 +313,19 @@ void aipc__os_waker_drain(int waker) {
   uint64_t v;
   ssize_t r = read(waker, &v, sizeof v);
   (void)r;
+}
+
+bool aipc__os_process_alive(pid_t pid, uint64_t start) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  uint64_t now;
+  char state = '?';
+  if (process_stat(pid, &now, &state) != 0) return errno != ESRCH; /* unreadable: assume alive */
+  return now == start && state != 'Z' && state != 'X'; /* a zombie runs nothing more */
+}
+
+uint64_t aipc__os_pid_namespace(void) {
+  struct stat st;
+  if (stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return (uint64_t)st.st_dev << 32 ^ (uint64_t)st.st_ino;
 }

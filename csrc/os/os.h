@@ -18,6 +18,25 @@
 uint64_t aipc__os_now_ms(void);
 /* The same, from the coarse clock: no syscall, a few ms of resolution. */
 uint64_t aipc__os_now_ms_coarse(void);
+/* Nanoseconds of CLOCK_MONOTONIC (the same clock in every process). */
+uint64_t aipc__os_now_ns(void);
+
+/* ---- futexes ------------------------------------------------------------- */
+
+/* Sleeps while *word == expected, at most timeout_ms (< 0: no limit). The
+ * word may lie in memory shared between processes. Returns 0 when woken or
+ * when *word differed, -1 with errno ETIMEDOUT or EINTR otherwise. */
+int aipc__os_futex_wait(const uint32_t *word, uint32_t expected, int timeout_ms);
+/* Wakes every thread, in any process, sleeping on word. */
+void aipc__os_futex_wake_all(const uint32_t *word);
+
+/* Whether process pid exists and is the one that started at start (its
+ * aipc__os_process_start value): false once it ended, even if its pid was
+ * given to another process since. */
+bool aipc__os_process_alive(pid_t pid, uint64_t start);
+/* An id of this process's pid namespace (0 if unknown): pids mean the same
+ * process only between processes with the same one. */
+uint64_t aipc__os_pid_namespace(void);
 
 /* ---- threads ------------------------------------------------------------ */
 

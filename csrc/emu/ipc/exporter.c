@@ -54,6 +54,7 @@ typedef struct aipc__rpeer {
 
 struct aipc__export {
   uint64_t id;
+  aipc__object_kind kind; /* what the key names: memory, a notify, an event */
   uint8_t secret[AIPC_SECRET_LEN];
   void *ptr;          /* exported address in this process */
   size_t size;
@@ -409,6 +410,9 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "key not exported by process %d (closed, never issued, or forged)", (int)g.pid);
   } else if (e->closed) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "key was closed by its exporter (process %d): no new imports", (int)g.pid);
+  } else if ((aipc__object_kind)(q->flags >> AIPC_IMPORT_KIND_SHIFT) != e->kind) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_INVALID_PARAM, "the key is %s, not %s", aipc__object_what(e->kind),
+                     aipc__object_what((aipc__object_kind)(q->flags >> AIPC_IMPORT_KIND_SHIFT)));
   } else if (q->sdid != aipc__config_get()->sdid) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "importer is on server %u, the exporter on server %u: cross-server import needs the "
                          "super-node fabric; the emulator has none",
@@ -890,12 +894,23 @@ static const char *kind_name(aipc__mem_kind kind) {
   switch (kind) {
     case AIPC_MEM_HOST: return "host memory from aclrtMallocHost";
     case AIPC_MEM_IMPORT: return "imported IPC memory (only the owner of memory can export it)";
+    case AIPC_MEM_SYNC: return "the state of an event or notify";
+    case AIPC_MEM_SYNC_IMPORT: return "the state of an imported event or notify";
     default: return "device memory";
   }
 }
 
-aclError aipc__exporter_export(void *devPtr, size_t size, uint64_t flags, char key[AIPC_KEY_CHARS + 1]) {
-#define C "aclrtIpcMemGetExportKey"
+aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *devPtr, size_t size, uint64_t flags,
+                               char key[AIPC_KEY_CHARS + 1]) {
+  if (kind != AIPC_OBJECT_MEMORY) {
+    /* The runtime's own call for an event's or notify's state page */
+    aipc__mem_rdlock();
+    aipc__block *b = aipc__mem_find(devPtr);
+    bool ok = b && b->kind == AIPC_MEM_SYNC && b->base == (uintptr_t)devPtr && size == b->size;
+    aipc__mem_unlock();
+    if (!ok) return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: %p is not an event's or notify's state", call, devPtr);
+  }
+#define C "%s"
   pthread_mutex_lock(&g.lock);
   aclError rc = ACL_SUCCESS;
   aipc__export *e = NULL;
@@ -903,25 +918,26 @@ aclError aipc__exporter_export(void *devPtr, size_t size, uint64_t flags, char k
   aipc__block *b = aipc__mem_find(devPtr);
   if (!b) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr %p is not inside a live aclrtMalloc allocation of this process",
-                    devPtr);
-  } else if (b->kind != AIPC_MEM_DEVICE) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr %p is %s, not device memory from aclrtMalloc", devPtr,
+                    call, devPtr);
+  } else if (b->kind != (kind == AIPC_OBJECT_MEMORY ? AIPC_MEM_DEVICE : AIPC_MEM_SYNC)) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr %p is %s, not device memory from aclrtMalloc", call, devPtr,
                     kind_name(b->kind));
   } else if (b->user_freed) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr %p belongs to an allocation already freed with aclrtFree",
-                    devPtr);
+                    call, devPtr);
   } else if (size > b->size - ((uintptr_t)devPtr - b->base)) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
-                    C ": [devPtr, devPtr + %zu) overruns its allocation (%zu bytes at %p, devPtr %p)", size, b->size,
+                    C ": [devPtr, devPtr + %zu) overruns its allocation (%zu bytes at %p, devPtr %p)", call, size, b->size,
                     (void *)b->base, devPtr);
-  } else if ((rc = server_start(C)) != ACL_SUCCESS) {
+  } else if ((rc = server_start(call)) != ACL_SUCCESS) {
     /* message recorded */
   } else if (!(e = calloc(1, sizeof *e))) {
-    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": out of memory");
+    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": out of memory", call);
   } else if (aipc__random(e->secret, AIPC_SECRET_LEN) != 0) {
-    rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, C ": getrandom failed: %s", strerror(errno));
+    rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, C ": getrandom failed: %s", call, strerror(errno));
   } else {
     e->id = ++g.next_export_id;
+    e->kind = kind;
     e->ptr = devPtr;
     e->size = size;
     e->device = b->device;
@@ -930,13 +946,13 @@ aclError aipc__exporter_export(void *devPtr, size_t size, uint64_t flags, char k
     e->flags = flags;
     e->attr = ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO;
     if (aipc__hmap_put(&g.exports, ekey(e->id), e) != 0)
-      rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": out of memory");
+      rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": out of memory", call);
     else
       aipc__mem_pin(b);
   }
   aipc__mem_unlock();
   if (rc == ACL_SUCCESS) {
-    aipc__key_write(g.pid, aipc__config_get()->sdid, g.nonce, e->id, e->secret, key);
+    aipc__key_write(kind, g.pid, aipc__config_get()->sdid, g.nonce, e->id, e->secret, key);
   } else {
     free(e);
   }
@@ -1112,6 +1128,9 @@ aclError aipc__exporter_import_own(const char *call, const aipc__key *k, void **
   else if (e->closed)
     rc = aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: key was closed by its exporter (process %d): no new imports", call,
                     (int)g.pid);
+  else if (e->kind != k->kind)
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: the key is %s, not %s", call, aipc__object_what(e->kind),
+                    aipc__object_what(k->kind));
   else if (aipc__mem_rdlock(), freed = e->block->user_freed, aipc__mem_unlock(), freed)
     rc = aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: the memory of this key was freed by its exporter (aclrtFree)", call);
   else if (e->self_refs == UINT32_MAX)
@@ -1126,7 +1145,7 @@ aclError aipc__exporter_import_own(const char *call, const aipc__key *k, void **
   return rc;
 }
 
-aclError aipc__exporter_close(const char *call, const aipc__key *k, bool *found) {
+aclError aipc__exporter_close(const char *call, const aipc__key *k, bool lenient, bool *found) {
   *found = false;
   if (!aipc__exporter_owns(k)) return ACL_ERROR_INVALID_PARAM;
   aclError rc = ACL_SUCCESS;
@@ -1151,7 +1170,7 @@ aclError aipc__exporter_close(const char *call, const aipc__key *k, bool *found)
   }
   /* What importers already sent (RELEASE, EOF) counts before deciding. */
   export_drain(e);
-  if (e->refs_total && aipc__config_get()->strict) {
+  if (e->refs_total && aipc__config_get()->strict && !lenient) {
     char who[160];
     export_importers(e, who, sizeof who);
     rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR,

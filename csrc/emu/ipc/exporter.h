@@ -21,9 +21,12 @@
 #include "acl/acl.h"
 #include "emu/ipc/key.h"
 
-/* aclrtIpcMemGetExportKey after its argument checks: exports
- * [devPtr, devPtr + size) of a live aclrtMalloc block and writes the key. */
-aclError aipc__exporter_export(void *devPtr, size_t size, uint64_t flags, char key[AIPC_KEY_CHARS + 1]);
+/* aclrtIpcMemGetExportKey after its argument checks (kind MEMORY): exports
+ * [devPtr, devPtr + size) of a live aclrtMalloc block and writes the key.
+ * The other kinds export the whole state page of an event or notify
+ * (aipc__mem_sync_alloc). flags: ACL_RT_IPC_MEM_EXPORT_FLAG_*. */
+aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *devPtr, size_t size, uint64_t flags,
+                               char key[AIPC_KEY_CHARS + 1]);
 /* Whether k names an export of this process (its pid and nonce; the secret
  * is checked by the calls below). */
 bool aipc__exporter_owns(const aipc__key *k);
@@ -42,10 +45,10 @@ aclError aipc__exporter_import_own(const char *call, const aipc__key *k, void **
 /*
  * aclrtIpcMemClose of an own key: drops an own import if there is one, else
  * ends the export (refused under ASCEND_IPC_STRICT=1 while importers hold
- * it). *found is false (and nothing recorded) when k is no export of this
- * process.
+ * it, unless lenient). *found is false (and nothing recorded) when k is no
+ * export of this process.
  */
-aclError aipc__exporter_close(const char *call, const aipc__key *k, bool *found);
+aclError aipc__exporter_close(const char *call, const aipc__key *k, bool lenient, bool *found);
 
 /* aclFinalize: stops the server, ends every export (unpinning its block). */
 void aipc__exporter_finalize(void);

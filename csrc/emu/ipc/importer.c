@@ -107,7 +107,6 @@ static struct importer_state {
   size_t n_imports;   /* imports.len, also read without the lock (atomic) */
   uint32_t idle_cconns;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
-#define CALL "aclrtIpcMemImportByKey"
 #define ABANDONED_MAX 1024
 
 static aipc__hkey ckey(uint32_t pid, uint64_t nonce) { return (aipc__hkey){pid, nonce}; }
@@ -295,7 +294,7 @@ static void conn_put(aipc__cconn *c) {
 
 /* Connects to the exporter's socket, waiting at most connect_ms for room in
  * its backlog. No lock held. */
-static aclError sock_open(uint32_t pid, uint64_t nonce, int connect_ms, int timeout_ms, int *out) {
+static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, int connect_ms, int timeout_ms, int *out) {
   struct sockaddr_un sa;
   unsigned salen = aipc__self_sockaddr(&sa, pid, nonce);
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -303,9 +302,9 @@ static aclError sock_open(uint32_t pid, uint64_t nonce, int connect_ms, int time
     int e = errno;
     char hint[256];
     if (e == EMFILE || e == ENFILE)
-      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot create a socket to exporter process %u: %s", pid,
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot create a socket to exporter process %u: %s", call, pid,
                         aipc__os_fd_limit_text(hint, sizeof hint));
-    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot create a socket: %s", strerror(e));
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot create a socket: %s", call, strerror(e));
   }
   set_timeouts(fd, connect_ms);
   int r;
@@ -316,20 +315,20 @@ static aclError sock_open(uint32_t pid, uint64_t nonce, int connect_ms, int time
     close(fd);
     if (e == EAGAIN || e == ETIMEDOUT)
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                        CALL ": exporter process %u did not accept a connection within %d ms (overloaded?)", pid,
+                        "%s: exporter process %u did not accept a connection within %d ms (overloaded?)", call, pid,
                         timeout_ms);
     if (e == ECONNREFUSED || e == ENOENT)
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                        CALL ": exporter process %u is gone (exited or finalized): its keys can no longer be imported",
+                        "%s: exporter process %u is gone (exited or finalized): its keys can no longer be imported", call,
                         pid);
-    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot connect to exporter process %u: %s", pid, strerror(e));
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot connect to exporter process %u: %s", call, pid, strerror(e));
   }
   pid_t peer = 0;
   uid_t peer_uid;
   if (aipc__os_peer_cred(fd, &peer, &peer_uid) != 0 || (uint32_t)peer != pid) {
     close(fd);
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                      CALL ": the socket of exporter process %u is served by another process (%d): key refused", pid,
+                      "%s: the socket of exporter process %u is served by another process (%d): key refused", call, pid,
                       (int)peer);
   }
   set_timeouts(fd, slice_ms(timeout_ms));
@@ -339,20 +338,20 @@ static aclError sock_open(uint32_t pid, uint64_t nonce, int connect_ms, int time
 
 /* Connects c. c->mu held on entry and on return, released while connecting;
  * if another thread connected meanwhile, its connection is used. */
-static aclError conn_open(aipc__cconn *c, uint64_t deadline) {
+static aclError conn_open(const char *call, aipc__cconn *c, uint64_t deadline) {
   int timeout_ms = aipc__config_get()->timeout_ms;
   uint64_t now = now_ms();
   int left = deadline > now ? (int)(deadline - now) : 1;
   pthread_mutex_unlock(&c->mu);
   int fd = -1;
-  aclError rc = sock_open(c->pid, c->nonce, left, timeout_ms, &fd);
+  aclError rc = sock_open(call, c->pid, c->nonce, left, timeout_ms, &fd);
   aipc__csock *s = rc == ACL_SUCCESS ? malloc(sizeof *s) : NULL;
   pthread_mutex_lock(&c->mu);
   if (rc != ACL_SUCCESS) return rc;
   if (!s || c->sock) {
     close(fd);
     free(s);
-    return c->sock ? ACL_SUCCESS : aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
+    return c->sock ? ACL_SUCCESS : aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
   }
   s->fd = fd;
   s->refs = 1;
@@ -629,18 +628,19 @@ typedef struct granted {
 /* The wire part of an import. c->mu held on entry and on return. On success
  * the exporter counts one more reference of this process and out->memfd is
  * the allocation's memfd (the caller's to close). */
-static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags, uint64_t deadline,
+static aclError import_remote(const char *call, aipc__cconn *c, const aipc__key *k, uint64_t flags, uint64_t deadline,
                               granted *out) {
   int timeout_ms = aipc__config_get()->timeout_ms;
   aipc__msg q;
-  aipc__msg_import(&q, k->export_id, k->secret, (uint32_t)flags, aipc__config_get()->sdid);
+  aipc__msg_import(&q, k->export_id, k->secret, (uint32_t)flags | (uint32_t)k->kind << AIPC_IMPORT_KIND_SHIFT,
+                   aipc__config_get()->sdid);
   aipc__creq r;
   rt_result rr = RT_DEAD;
   uint64_t gen = 0;
   for (int attempt = 0; attempt < 2; attempt++) {
     bool fresh = false;
     if (!c->sock) {
-      aclError rc = conn_open(c, deadline);
+      aclError rc = conn_open(call, c, deadline);
       if (rc != ACL_SUCCESS) return rc;
       fresh = true;
     }
@@ -658,27 +658,26 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
     case RT_OK: break;
     case RT_DEAD:
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                        CALL ": exporter process %u closed the connection (it exited, finalized or refused us)", k->pid);
+                        "%s: exporter process %u closed the connection (it exited, finalized or refused us)", call, k->pid);
     case RT_TIMEOUT:
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                        CALL ": no reply from exporter process %u within %d ms (stopped, hung or overloaded?); "
-                        "ASCEND_IPC_TIMEOUT_MS sets the limit",
+                        "%s: no reply from exporter process %u within %d ms (stopped, hung or overloaded?); " "ASCEND_IPC_TIMEOUT_MS sets the limit", call,
                         k->pid, timeout_ms);
     case RT_PROTO:
-      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": exporter process %u sent a malformed reply (%s)", k->pid,
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: exporter process %u sent a malformed reply (%s)", call, k->pid,
                         r.why ? r.why : "?");
     case RT_NOFD: {
       char hint[256];
-      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, CALL ": cannot receive the memory of exporter process %u: %s",
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot receive the memory of exporter process %u: %s", call,
                         k->pid, aipc__os_fd_limit_text(hint, sizeof hint));
     }
   }
   const aipc__msg *a = &r.reply;
   if (a->type == AIPC_MSG_ERROR) {
     conn_drop(c, RT_DEAD, NULL); /* the exporter closes it after an ERROR */
-    return aipc__fail(a->status, CALL ": %s", a->text);
+    return aipc__fail(a->status, "%s: %s", call, a->text);
   }
-  if (a->status != ACL_SUCCESS) return aipc__fail(a->status, CALL ": %s", a->text);
+  if (a->status != ACL_SUCCESS) return aipc__fail(a->status, "%s: %s", call, a->text);
 
   /* Granted: from here on a failure must give the reference back. The
    * memory must be what an exporter of this library sends: a memfd sealed
@@ -688,12 +687,12 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
   struct stat st;
   int seals = fcntl(memfd, F_GET_SEALS);
   if (fstat(memfd, &st) != 0 || seals < 0 || !(seals & F_SEAL_SHRINK) ||
-      a->offset + a->size > (uint64_t)st.st_size || a->offset % AIPC_PAGE_SIZE != 0) {
+      a->offset + a->size > (uint64_t)st.st_size || a->offset % AIPC_PAGE_SIZE != 0 ||
+      (k->kind != AIPC_OBJECT_MEMORY && a->size != AIPC_PAGE_SIZE)) {
     close(memfd);
     release_refs(c, k->export_id, a->slot, 1);
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                      CALL ": exporter process %u granted memory that is not a sealed allocation holding the range "
-                      "(refused)",
+                      "%s: exporter process %u granted memory that is not a sealed allocation holding the range " "(refused)", call,
                       k->pid);
   }
   out->device = a->device;
@@ -708,7 +707,7 @@ static aclError import_remote(aipc__cconn *c, const aipc__key *k, uint64_t flags
 
 /* Records a granted import as a mapping of its own (the newest of its key).
  * Consumes gr->memfd. c->mu held, g.lock not held. */
-static aclError import_register(aipc__cconn *c, const aipc__key *k, const granted *gr, void **devPtr) {
+static aclError import_register(const char *call, aipc__cconn *c, const aipc__key *k, const granted *gr, void **devPtr) {
   /* Exactly the granted range; the memfd goes at once, so nothing here can
    * reach the allocation once this mapping is unmapped. */
   void *p = mmap(NULL, gr->size, PROT_READ | PROT_WRITE, MAP_SHARED, gr->memfd, (off_t)gr->offset);
@@ -728,7 +727,7 @@ static aclError import_register(aipc__cconn *c, const aipc__key *k, const grante
   aipc__block *b = NULL;
   if (imp) {
     aipc__mem_wrlock();
-    b = aipc__mem_add_import(p, gr->size, gr->device, m);
+    b = aipc__mem_add_import(p, gr->size, gr->device, k->kind == AIPC_OBJECT_MEMORY ? AIPC_MEM_IMPORT : AIPC_MEM_SYNC_IMPORT, m);
     aipc__mem_unlock();
   }
   if (!b) {
@@ -741,7 +740,7 @@ static aclError import_register(aipc__cconn *c, const aipc__key *k, const grante
     free(m);
     if (p != MAP_FAILED) munmap(p, gr->size);
     release_refs(c, k->export_id, gr->slot, 1);
-    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": cannot map %" PRIu64 " bytes of process %u: %s",
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: cannot map %" PRIu64 " bytes of process %u: %s", call,
                       gr->size, k->pid, p != MAP_FAILED ? "out of memory for bookkeeping" : strerror(map_errno));
   }
   if (fresh) {
@@ -767,17 +766,17 @@ static aclError import_register(aipc__cconn *c, const aipc__key *k, const grante
   return ACL_SUCCESS;
 }
 
-aclError aipc__importer_import(const aipc__key *k, uint64_t flags, void **devPtr) {
+aclError aipc__importer_import(const char *call, const aipc__key *k, uint64_t flags, void **devPtr) {
   pthread_mutex_lock(&g.lock);
   aipc__cconn *c = conn_get(k->pid, k->nonce);
   pthread_mutex_unlock(&g.lock);
-  if (!c) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, CALL ": out of memory");
+  if (!c) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
 
   uint64_t deadline = now_ms() + (uint64_t)aipc__config_get()->timeout_ms;
   pthread_mutex_lock(&c->mu);
   granted gr;
-  aclError rc = import_remote(c, k, flags, deadline, &gr);
-  if (rc == ACL_SUCCESS) rc = import_register(c, k, &gr, devPtr);
+  aclError rc = import_remote(call, c, k, flags, deadline, &gr);
+  if (rc == ACL_SUCCESS) rc = import_register(call, c, k, &gr, devPtr);
   pthread_mutex_unlock(&c->mu);
 
   pthread_mutex_lock(&g.lock);

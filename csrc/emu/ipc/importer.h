@@ -19,7 +19,7 @@
 
 /* aclrtIpcMemImportByKey of another process's key: asks the exporter, maps
  * what it grants, and writes the address. */
-aclError aipc__importer_import(const aipc__key *k, uint64_t flags, void **devPtr);
+aclError aipc__importer_import(const char *call, const aipc__key *k, uint64_t flags, void **devPtr);
 /* aclrtIpcMemClose of an import: drops one reference; the last unmaps it and
  * gives the exporter its references back. *found is false (and nothing is
  * recorded) when k is no import of this process. */

@@ -12,6 +12,7 @@
 #include "emu/ipc/exporter.h"
 #include "emu/ipc/identity.h"
 #include "emu/ipc/importer.h"
+#include "emu/ipc/ipc.h"
 #include "emu/ipc/key.h"
 
 aclError aipc__emu_ipc_get_export_key(void *devPtr, size_t size, char *key, size_t len, uint64_t flags) {
@@ -31,7 +32,7 @@ aclError aipc__emu_ipc_get_export_key(void *devPtr, size_t size, char *key, size
   if (!AIPC_IS_PAGE_ALIGNED(size))
     return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": size %zu is not a multiple of the 4096-byte page", size);
   char text[AIPC_KEY_CHARS + 1];
-  aclError rc = aipc__exporter_export(devPtr, size, flags, text);
+  aclError rc = aipc__exporter_export(C, AIPC_OBJECT_MEMORY, devPtr, size, flags, text);
   if (rc == ACL_SUCCESS) memcpy(key, text, sizeof text); /* the caller's buffer only on success */
   return rc;
 #undef C
@@ -40,7 +41,7 @@ aclError aipc__emu_ipc_get_export_key(void *devPtr, size_t size, char *key, size
 aclError aipc__emu_ipc_set_import_pid(const char *key, int32_t *pid, size_t num) {
 #define C "aclrtIpcMemSetImportPid"
   aipc__key k;
-  aclError rc = aipc__key_parse(C, key, &k);
+  aclError rc = aipc__key_parse_kind(C, key, AIPC_OBJECT_MEMORY, &k);
   if (rc != ACL_SUCCESS) return rc;
   if (!pid) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": pid is NULL");
   if (num == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": num is 0");
@@ -54,7 +55,7 @@ aclError aipc__emu_ipc_set_import_pid(const char *key, int32_t *pid, size_t num)
 aclError aipc__emu_ipc_import_pid_inter_server(const char *key, aclrtServerPid *serverPids, size_t num) {
 #define C "aclrtIpcMemImportPidInterServer"
   aipc__key k;
-  aclError rc = aipc__key_parse(C, key, &k);
+  aclError rc = aipc__key_parse_kind(C, key, AIPC_OBJECT_MEMORY, &k);
   if (rc != ACL_SUCCESS) return rc;
   if (!serverPids) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": serverPids is NULL");
   if (num == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": num is 0");
@@ -73,7 +74,7 @@ aclError aipc__emu_ipc_import_pid_inter_server(const char *key, aclrtServerPid *
 aclError aipc__emu_ipc_set_attr(const char *key, aclrtIpcMemAttrType type, uint64_t attr) {
 #define C "aclrtIpcMemSetAttr"
   aipc__key k;
-  aclError rc = aipc__key_parse(C, key, &k);
+  aclError rc = aipc__key_parse_kind(C, key, AIPC_OBJECT_MEMORY, &k);
   if (rc != ACL_SUCCESS) return rc;
   if (type != ACL_RT_IPC_MEM_ATTR_ACCESS_LINK)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": unknown attribute type %d (ACL_RT_IPC_MEM_ATTR_ACCESS_LINK)",
@@ -93,7 +94,7 @@ aclError aipc__emu_ipc_set_attr(const char *key, aclrtIpcMemAttrType type, uint6
 aclError aipc__emu_ipc_get_attr(const char *key, aclrtIpcMemAttrType type, uint64_t *attr) {
 #define C "ipc_get_attr"
   aipc__key k;
-  aclError rc = aipc__key_parse(C, key, &k);
+  aclError rc = aipc__key_parse_kind(C, key, AIPC_OBJECT_MEMORY, &k);
   if (rc != ACL_SUCCESS) return rc;
   if (type != ACL_RT_IPC_MEM_ATTR_ACCESS_LINK)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": unknown attribute type %d", (int)type);
@@ -107,7 +108,7 @@ aclError aipc__emu_ipc_import_by_key(void **devPtr, const char *key, uint64_t fl
 #define C "aclrtIpcMemImportByKey"
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr is NULL");
   aipc__key k;
-  aclError rc = aipc__key_parse(C, key, &k);
+  aclError rc = aipc__key_parse_kind(C, key, AIPC_OBJECT_MEMORY, &k);
   if (rc != ACL_SUCCESS) return rc;
   if (flags > ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS)
     return aipc__fail(ACL_ERROR_INVALID_PARAM,
@@ -121,24 +122,70 @@ aclError aipc__emu_ipc_import_by_key(void **devPtr, const char *key, uint64_t fl
                       k.sdid, here);
   /* One's own key: no socket, the exporter's own pointer. */
   if (aipc__exporter_owns(&k)) return aipc__exporter_import_own(C, &k, devPtr);
-  return aipc__importer_import(&k, flags, devPtr);
+  return aipc__importer_import(C, &k, flags, devPtr);
 #undef C
 }
 
 aclError aipc__emu_ipc_close(const char *key) {
 #define C "aclrtIpcMemClose"
   aipc__key k;
-  aclError rc = aipc__key_parse(C, key, &k);
+  aclError rc = aipc__key_parse_kind(C, key, AIPC_OBJECT_MEMORY, &k);
   if (rc != ACL_SUCCESS) return rc;
   bool found;
   /* A process that both imported and exported a key closes the import first. */
   rc = aipc__importer_close(&k, &found);
   if (found) return rc;
-  rc = aipc__exporter_close(C, &k, &found);
+  rc = aipc__exporter_close(C, &k, false, &found);
   if (found) return rc;
   return aipc__fail(ACL_ERROR_INVALID_PARAM,
                     C ": key is neither an export nor an import of this process (already closed, or forged?)");
 #undef C
+}
+
+/* ---- shared state pages of events and notifies (ipc.h) ------------------------------ */
+
+aclError aipc__ipc_share(const char *call, aipc__object_kind kind, void *page, bool check_pids,
+                         char key[AIPC_KEY_CHARS + 1]) {
+  return aipc__exporter_export(call, kind, page, AIPC_PAGE_SIZE,
+                               check_pids ? ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT
+                                          : ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION,
+                               key);
+}
+
+aclError aipc__ipc_share_allow(const char *call, const char *key, const int32_t *pids, size_t num) {
+  aipc__key k;
+  aclError rc = aipc__key_parse(call, key, &k);
+  return rc ? rc : aipc__exporter_allow(call, &k, pids, num);
+}
+
+aclError aipc__ipc_share_allow_servers(const char *call, const char *key, const aclrtServerPid *servers, size_t num) {
+  aipc__key k;
+  aclError rc = aipc__key_parse(call, key, &k);
+  return rc ? rc : aipc__exporter_allow_servers(call, &k, servers, num, aipc__config_get()->sdid);
+}
+
+aclError aipc__ipc_open(const char *call, aipc__object_kind kind, const char *key, void **page, uint32_t *owner) {
+  aipc__key k;
+  aclError rc = aipc__key_parse_kind(call, key, kind, &k);
+  if (rc != ACL_SUCCESS) return rc;
+  uint32_t here = aipc__config_get()->sdid;
+  if (k.sdid != here)
+    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                      "%s: the key was issued on server %u and this is server %u (ASCEND_IPC_SDID): the emulator has "
+                      "no super-node fabric",
+                      call, k.sdid, here);
+  rc = aipc__exporter_owns(&k) ? aipc__exporter_import_own(call, &k, page) : aipc__importer_import(call, &k, 0, page);
+  if (rc == ACL_SUCCESS) *owner = k.pid;
+  memset(k.secret, 0, sizeof k.secret);
+  return rc;
+}
+
+void aipc__ipc_release(const char *call, const char *key) {
+  aipc__key k;
+  if (aipc__key_parse(call, key, &k) != ACL_SUCCESS) return;
+  bool found;
+  if (aipc__importer_close(&k, &found) != ACL_SUCCESS || !found) aipc__exporter_close(call, &k, true, &found);
+  memset(k.secret, 0, sizeof k.secret);
 }
 
 /* ---- fork, finalize --------------------------------------------------------------- */

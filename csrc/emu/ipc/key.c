@@ -28,6 +28,22 @@ static const int8_t b64_table[256] = {
 
 static int b64_value(unsigned char c) { return b64_table[c]; }
 
+static const struct {
+  const char *prefix, *what, *issuer;
+} kinds[AIPC_OBJECT_KIND_COUNT] = {
+#define AIPC_OBJECT_KIND_ROW_(name, prefix, what, issuer) {prefix, what, issuer},
+    AIPC_OBJECT_KINDS(AIPC_OBJECT_KIND_ROW_)
+#undef AIPC_OBJECT_KIND_ROW_
+};
+
+const char *aipc__object_what(aipc__object_kind kind) {
+  return (unsigned)kind < AIPC_OBJECT_KIND_COUNT ? kinds[kind].what : "an unknown kind of key";
+}
+
+const char *aipc__object_issuer(aipc__object_kind kind) {
+  return (unsigned)kind < AIPC_OBJECT_KIND_COUNT ? kinds[kind].issuer : "?";
+}
+
 void aipc__key_format(const aipc__key *k, char out[AIPC_KEY_CHARS + 1]) {
   uint8_t r[AIPC_KEY_RECORD_LEN];
   aipc__put32(r, k->pid);
@@ -35,7 +51,7 @@ void aipc__key_format(const aipc__key *k, char out[AIPC_KEY_CHARS + 1]) {
   aipc__put64(r + 8, k->nonce);
   aipc__put64(r + 16, k->export_id);
   memcpy(r + 24, k->secret, AIPC_SECRET_LEN);
-  memcpy(out, AIPC_KEY_PREFIX, AIPC_KEY_PREFIX_LEN);
+  memcpy(out, kinds[(unsigned)k->kind < AIPC_OBJECT_KIND_COUNT ? k->kind : 0].prefix, AIPC_KEY_PREFIX_LEN);
   char *o = out + AIPC_KEY_PREFIX_LEN;
   size_t i = 0;
   for (; i + 3 <= AIPC_KEY_RECORD_LEN; i += 3) {
@@ -52,9 +68,9 @@ void aipc__key_format(const aipc__key *k, char out[AIPC_KEY_CHARS + 1]) {
 }
 
 
-void aipc__key_write(uint32_t pid, uint32_t sdid, uint64_t nonce, uint64_t export_id,
+void aipc__key_write(aipc__object_kind kind, uint32_t pid, uint32_t sdid, uint64_t nonce, uint64_t export_id,
                      const uint8_t secret[AIPC_SECRET_LEN], char out[AIPC_KEY_CHARS + 1]) {
-  aipc__key k = {.pid = pid, .sdid = sdid, .nonce = nonce, .export_id = export_id};
+  aipc__key k = {.kind = kind, .pid = pid, .sdid = sdid, .nonce = nonce, .export_id = export_id};
   memcpy(k.secret, secret, AIPC_SECRET_LEN);
   aipc__key_format(&k, out);
   memset(k.secret, 0, sizeof k.secret);
@@ -67,11 +83,14 @@ aclError aipc__key_parse(const char *call, const char *key, aipc__key *out) {
                       "%s: key is not a NUL-terminated string of at most %d characters", call,
                       ACL_IPC_MEM_KEY_LEN - 1);
   if (n == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is an empty string", call);
-  if (n < AIPC_KEY_PREFIX_LEN || memcmp(key, AIPC_KEY_PREFIX, AIPC_KEY_PREFIX_LEN) != 0)
+  int kind = -1;
+  for (int i = 0; i < AIPC_OBJECT_KIND_COUNT && kind < 0; i++)
+    if (n >= AIPC_KEY_PREFIX_LEN && memcmp(key, kinds[i].prefix, AIPC_KEY_PREFIX_LEN) == 0) kind = i;
+  if (kind < 0)
     return aipc__fail(ACL_ERROR_INVALID_PARAM,
-                      "%s: key does not start with \"%s\": not a key of aclrtIpcMemGetExportKey "
+                      "%s: key does not start with \"%s\", \"%s\" or \"%s\": not a key of this runtime "
                       "(or of an incompatible version)",
-                      call, AIPC_KEY_PREFIX);
+                      call, kinds[0].prefix, kinds[1].prefix, kinds[2].prefix);
   if (n != AIPC_KEY_CHARS)
     return aipc__fail(ACL_ERROR_INVALID_PARAM,
                       "%s: key has %zu characters, a key has exactly %d (truncated or damaged?)", call, n,
@@ -101,6 +120,7 @@ aclError aipc__key_parse(const char *call, const char *key, aipc__key *out) {
   r[j] = (uint8_t)(v[0] << 2 | v[1] >> 4);
 
   aipc__key k;
+  k.kind = (aipc__object_kind)kind;
   k.pid = aipc__get32(r);
   k.sdid = aipc__get32(r + 4);
   k.nonce = aipc__get64(r + 8);
@@ -111,6 +131,19 @@ aclError aipc__key_parse(const char *call, const char *key, aipc__key *out) {
                       call, k.pid);
   if (k.nonce == 0 || k.export_id == 0)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key has a zero nonce or export id (forged or damaged key)", call);
+  *out = k;
+  return ACL_SUCCESS;
+}
+
+aclError aipc__key_parse_kind(const char *call, const char *key, aipc__object_kind want, aipc__key *out) {
+  aipc__key k;
+  aclError rc = aipc__key_parse(call, key, &k);
+  if (rc) return rc;
+  if (k.kind != want) {
+    memset(k.secret, 0, sizeof k.secret);
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: the key is %s (from %s), not %s", call, aipc__object_what(k.kind),
+                      aipc__object_issuer(k.kind), aipc__object_what(want));
+  }
   *out = k;
   return ACL_SUCCESS;
 }

@@ -1,7 +1,13 @@
 /*
  * IPC keys: the printable name of one export.
  *
- *   "aipc1." + base64url(record), no padding: 6 + 54 = 60 characters.
+ *   prefix + base64url(record), no padding: 6 + 54 = 60 characters.
+ *
+ * The prefix says what kind of object the export is (AIPC_OBJECT_KINDS):
+ * device memory ("aipc1."), an IPC notify ("aipn1."), or an IPC event
+ * ("aipe1.", carried in the 64-byte aclrtIpcEventHandle). The exporter
+ * checks the kind again on every import: the prefix only lets a caller
+ * who passes one kind of key to another kind's call hear so at once.
  *
  * record (40 bytes, little-endian):
  *   u32 pid        exporter's process id (1..INT32_MAX)
@@ -21,13 +27,31 @@
 
 #include "acl/acl.h"
 
-#define AIPC_KEY_PREFIX "aipc1."
+/* X(NAME, prefix, what it is called in messages, the call that issues it) */
+#define AIPC_OBJECT_KINDS(X)                                               \
+  X(MEMORY, "aipc1.", "an IPC memory key", "aclrtIpcMemGetExportKey")      \
+  X(NOTIFY, "aipn1.", "an IPC notify key", "aclrtNotifyGetExportKey")      \
+  X(EVENT, "aipe1.", "an IPC event handle", "aclrtIpcGetEventHandle")
+
+typedef enum aipc__object_kind {
+#define AIPC_OBJECT_KIND_ENUM_(name, prefix, what, issuer) AIPC_OBJECT_##name,
+  AIPC_OBJECT_KINDS(AIPC_OBJECT_KIND_ENUM_)
+#undef AIPC_OBJECT_KIND_ENUM_
+  AIPC_OBJECT_KIND_COUNT
+} aipc__object_kind;
+
+/* "an IPC notify key", and the call that issues such keys. */
+const char *aipc__object_what(aipc__object_kind kind);
+const char *aipc__object_issuer(aipc__object_kind kind);
+
+#define AIPC_KEY_PREFIX "aipc1." /* memory keys' */
 #define AIPC_KEY_PREFIX_LEN 6
 #define AIPC_KEY_RECORD_LEN 40
 #define AIPC_KEY_CHARS 60 /* prefix + 54 base64url characters */
 #define AIPC_SECRET_LEN 16
 
 typedef struct aipc__key {
+  aipc__object_kind kind; /* from the prefix */
   uint32_t pid;
   uint32_t sdid;
   uint64_t nonce;
@@ -38,15 +62,18 @@ typedef struct aipc__key {
 /* Writes the key's text and a NUL into out (AIPC_KEY_CHARS + 1 bytes). */
 void aipc__key_format(const aipc__key *k, char out[AIPC_KEY_CHARS + 1]);
 /* The same from the parts of a key (the exporter's way to issue one). */
-void aipc__key_write(uint32_t pid, uint32_t sdid, uint64_t nonce, uint64_t export_id,
+void aipc__key_write(aipc__object_kind kind, uint32_t pid, uint32_t sdid, uint64_t nonce, uint64_t export_id,
                      const uint8_t secret[AIPC_SECRET_LEN], char out[AIPC_KEY_CHARS + 1]);
 
 /*
- * Parses key for the entry point named call. Reads at most
- * ACL_IPC_MEM_KEY_LEN bytes of key (which must not be NULL). Returns
- * ACL_SUCCESS and *out, or a recorded ACL_ERROR_INVALID_PARAM.
+ * Parses key, of any kind, for the entry point named call. Reads at most
+ * ACL_IPC_MEM_KEY_LEN bytes of key. Returns ACL_SUCCESS and *out, or a
+ * recorded ACL_ERROR_INVALID_PARAM.
  */
 aclError aipc__key_parse(const char *call, const char *key, aipc__key *out);
+/* aipc__key_parse, and a recorded ACL_ERROR_INVALID_PARAM when the key is
+ * of another kind than want. */
+aclError aipc__key_parse_kind(const char *call, const char *key, aipc__object_kind want, aipc__key *out);
 
 /* 1 when the two secrets are equal; time independent of where they differ. */
 int aipc__secret_equal(const uint8_t *a, const uint8_t *b);

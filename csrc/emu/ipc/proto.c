@@ -112,7 +112,9 @@ aipc__decode_result aipc__proto_decode(const uint8_t *buf, size_t len, aipc__msg
       m->settled = aipc__get64(b + 32);
       if (m->export_id == 0) BAD("IMPORT of export id 0");
       if (m->settled > m->req) BAD("IMPORT settles requests after itself");
-      if (m->flags > ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS) BAD("IMPORT with unknown flags");
+      if ((m->flags & AIPC_IMPORT_FLAGS_MASK) > ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS ||
+          m->flags >> AIPC_IMPORT_KIND_SHIFT >= AIPC_OBJECT_KIND_COUNT)
+        BAD("IMPORT with unknown flags");
       return AIPC_DECODE_OK;
     case AIPC_MSG_IMPORT_REPLY:
       if (blen < 40) BAD("IMPORT_REPLY is too short");

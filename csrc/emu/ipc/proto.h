@@ -12,7 +12,9 @@
  *   u64 req       request id, chosen by the importer, echoed in the reply
  *
  * IMPORT         importer -> exporter, body 40: u64 export_id, u8 secret[16],
- *                u32 flags (import flags, <= 1), u32 sdid (importer's),
+ *                u32 flags (bits 0-7: import flags, <= 1; bits 8-15: the kind
+ *                of object the importer expects, aipc__object_kind, which the
+ *                exporter checks; the rest 0), u32 sdid (importer's),
  *                u64 settled (every request of this connection with a lower
  *                id has had its reply, or its CANCEL sent: the exporter may
  *                forget those grants)
@@ -71,6 +73,8 @@ enum {
   AIPC_MSG_CANCEL = 5,
 };
 
+#define AIPC_IMPORT_KIND_SHIFT 8
+#define AIPC_IMPORT_FLAGS_MASK 0xffu
 #define AIPC_REPLY_FD 1u     /* IMPORT_REPLY flags: the allocation's memfd rides along */
 #define AIPC_REPLY_LEDGER 2u /* ... and the connection's ledger fd (after the memfd) */
 #define AIPC_LEDGER_SLOTS 16384u

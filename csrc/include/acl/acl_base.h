@@ -33,6 +33,10 @@ typedef int aclError;
   X(ACL_ERROR_RT_PARAM_INVALID, 107000, "runtime: invalid parameter")          \
   X(ACL_ERROR_RT_INVALID_DEVICEID, 107001, "runtime: invalid device id")       \
   X(ACL_ERROR_RT_CONTEXT_NULL, 107002, "runtime: no current context")         \
+  X(ACL_ERROR_RT_STREAM_CONTEXT, 107003, "runtime: stream not in the current context") \
+  X(ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, 107006, "runtime: event timestamp invalid") \
+  X(ACL_ERROR_RT_WAIT_TIMEOUT, 107019, "runtime: wait timeout")                \
+  X(ACL_ERROR_RT_TASK_TIMEOUT, 107020, "runtime: task timeout")                \
   X(ACL_ERROR_BAD_ALLOC, 200000, "memory allocation failed")                   \
   X(ACL_ERROR_INVALID_DEVICE, 200002, "invalid device")                        \
   X(ACL_ERROR_FEATURE_UNSUPPORTED, 200006, "feature not supported")            \
@@ -42,6 +46,8 @@ typedef int aclError;
   X(ACL_ERROR_RT_LINK_TYPE_NOT_SUPPORTED, 207021, "runtime: link type not supported") \
   X(ACL_ERROR_RT_INTERNAL_ERROR, 507000, "runtime: internal error")            \
   X(ACL_ERROR_RT_IPC_ERROR, 507022, "runtime: IPC error")                      \
+  X(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, 507046, "runtime: stream synchronize timeout") \
+  X(ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, 507047, "runtime: event synchronize timeout") \
   X(ACL_ERROR_RT_DRV_INTERNAL_ERROR, 507899, "runtime: driver internal error")
 
 #define ACL_ERROR_CODE_ENUM_(sym, num, msg) sym = num,

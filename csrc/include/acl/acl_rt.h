@@ -15,6 +15,36 @@ extern "C" {
 #endif
 
 typedef void *aclrtStream;
+typedef void *aclrtEvent;
+typedef void *aclrtNotify;
+
+/* Event creation flags */
+#define ACL_EVENT_SYNC 0x00000001U
+#define ACL_EVENT_CAPTURE_STREAM_PROGRESS 0x00000002U
+#define ACL_EVENT_TIME_LINE 0x00000008U
+#define ACL_EVENT_DEVICE_USE_ONLY 0x00000010U
+#define ACL_EVENT_EXTERNAL 0x00000020U
+#define ACL_EVENT_IPC 0x00000040U
+
+/* Notify creation, export and import flags */
+#define ACL_NOTIFY_DEFAULT 0x00000000U
+#define ACL_NOTIFY_DEVICE_USE_ONLY 0x00000001U
+#define ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_NOTIFY_EXPORT_FLAG_DISABLE_PID_VALIDATION 0x02UL
+#define ACL_RT_NOTIFY_IMPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_NOTIFY_IMPORT_FLAG_ENABLE_PEER_ACCESS 0x02UL
+
+#define ACL_IPC_EVENT_HANDLE_SIZE 64U
+
+typedef enum aclrtEventRecordedStatus {
+  ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
+  ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
+} aclrtEventRecordedStatus;
+
+/* An IPC event's handle: plain bytes, copied to the other process as they are. */
+typedef struct aclrtIpcEventHandle {
+  char reserved[ACL_IPC_EVENT_HANDLE_SIZE];
+} aclrtIpcEventHandle;
 
 typedef enum aclrtMemcpyKind {
   ACL_MEMCPY_HOST_TO_HOST = 0,
@@ -125,6 +155,9 @@ ACL_FUNC_VISIBILITY aclError aclrtMemcpyAsync(void *dst, size_t destMax, const v
                                               aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value,
                                          size_t count);
+/* Queues a memset of device memory on stream (NULL: the default stream). */
+ACL_FUNC_VISIBILITY aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count,
+                                              aclrtStream stream);
 
 /* ---- streams ------------------------------------------------------------ */
 
@@ -135,8 +168,79 @@ ACL_FUNC_VISIBILITY aclError aclrtDestroyStream(aclrtStream stream);
 /* Destroys the stream at once: queued work that has not started is dropped
  * (a copy already running finishes first). */
 ACL_FUNC_VISIBILITY aclError aclrtDestroyStreamForce(aclrtStream stream);
-/* Waits for the stream's queued work; returns the first error it met. */
+/* Waits for the stream's queued work; returns the first error it met. After
+ * a failure the stream skips the copies and memsets queued behind it until
+ * this call has reported it, and events it records complete with it. */
 ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStream(aclrtStream stream);
+/* The same, giving up after timeout ms (-1 or 0: no limit) with
+ * ACL_ERROR_RT_STREAM_SYNC_TIMEOUT. */
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout);
+
+/* ---- events ------------------------------------------------------------- */
+
+/*
+ * An event completes when the work queued on its stream before the record
+ * has run. Waits (aclrtSynchronizeEvent, aclrtStreamWaitEvent) wait for the
+ * latest record queued when they are called; later records do not move
+ * them. The caller owns every event it creates or opens and releases it
+ * with aclrtDestroyEvent, which does not block: queued work keeps it alive.
+ */
+/* CANN's default event (sync and timing); before any record its status is NOT_READY. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateEvent(aclrtEvent *event);
+/* flag: an OR of ACL_EVENT_SYNC, _CAPTURE_STREAM_PROGRESS, _TIME_LINE; or
+ * _DEVICE_USE_ONLY or _EXTERNAL alone. Streams wait only on SYNC events. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag);
+/* An event that is reused by recording it again; before any record its
+ * status is COMPLETE. flag: as above, or ACL_EVENT_IPC alone. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag);
+ACL_FUNC_VISIBILITY aclError aclrtDestroyEvent(aclrtEvent event);
+/* Queues a record of event on stream (NULL: the default stream), a stream of the event's device. */
+ACL_FUNC_VISIBILITY aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status);
+/* Blocks until the latest record has run; returns at once if never recorded. */
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeEvent(aclrtEvent event);
+/* The same with a limit: timeout ms (> 0) or -1 for none; ACL_ERROR_RT_EVENT_SYNC_TIMEOUT. */
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout);
+/* Holds back the work queued on stream after this call until event's latest record has run. */
+ACL_FUNC_VISIBILITY aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event);
+/* The same, failing the stream's work (ACL_ERROR_RT_TASK_TIMEOUT) after timeout s (0: no limit). */
+ACL_FUNC_VISIBILITY aclError aclrtStreamWaitEventWithTimeout(aclrtStream stream, aclrtEvent event,
+                                                             int32_t timeout);
+/* Milliseconds between two completed records of timing events. */
+ACL_FUNC_VISIBILITY aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent);
+/*
+ * IPC events (aclrtCreateEventExWithFlag(ACL_EVENT_IPC)): the handle is
+ * copied as bytes to any process of the same user, which opens its own
+ * event on it. Either side may record, wait, synchronize and query; a wait
+ * fails (ACL_ERROR_RT_IPC_ERROR) if the process that recorded last ends
+ * before its record runs.
+ */
+ACL_FUNC_VISIBILITY aclError aclrtIpcGetEventHandle(aclrtEvent event, aclrtIpcEventHandle *handle);
+ACL_FUNC_VISIBILITY aclError aclrtIpcOpenEventHandle(aclrtIpcEventHandle handle, aclrtEvent *event);
+
+/* ---- notifies ------------------------------------------------------------- */
+
+/*
+ * A notify releases one wait per record. The caller owns every notify it
+ * creates or imports and releases it with aclrtDestroyNotify. Shared
+ * between processes by key, with the whitelist rules of memory keys; the
+ * importer records, the creator waits.
+ */
+ACL_FUNC_VISIBILITY aclError aclrtCreateNotify(aclrtNotify *notify, uint64_t flag);
+ACL_FUNC_VISIBILITY aclError aclrtDestroyNotify(aclrtNotify notify);
+ACL_FUNC_VISIBILITY aclError aclrtRecordNotify(aclrtNotify notify, aclrtStream stream);
+/* Holds back stream's later work until the notify is recorded, then resets
+ * it. timeout in seconds, 0: no limit (ACL_ERROR_RT_WAIT_TIMEOUT, reported
+ * by the stream's synchronize). */
+ACL_FUNC_VISIBILITY aclError aclrtWaitAndResetNotify(aclrtNotify notify, aclrtStream stream, uint32_t timeout);
+ACL_FUNC_VISIBILITY aclError aclrtGetNotifyId(aclrtNotify notify, uint32_t *notifyId);
+/* Writes the notify's key (NUL-terminated) into key (len >= 65 bytes).
+ * flags: ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT or _DISABLE_PID_VALIDATION. */
+ACL_FUNC_VISIBILITY aclError aclrtNotifyGetExportKey(aclrtNotify notify, char *key, size_t len, uint64_t flags);
+ACL_FUNC_VISIBILITY aclError aclrtNotifyImportByKey(aclrtNotify *notify, const char *key, uint64_t flags);
+ACL_FUNC_VISIBILITY aclError aclrtNotifySetImportPid(aclrtNotify notify, int32_t *pid, size_t num);
+ACL_FUNC_VISIBILITY aclError aclrtNotifySetImportPidInterServer(aclrtNotify notify, aclrtServerPid *serverPids,
+                                                                size_t num);
 
 /* ---- IPC memory sharing ------------------------------------------------- */
 

@@ -1,0 +1,384 @@
+/*
+ * Notifies and IPC notifies.
+ *
+ * A notify is a one-shot flag between streams: aclrtRecordNotify queues a
+ * task that raises it, aclrtWaitAndResetNotify queues a task that holds its
+ * stream back until the flag is up and then lowers it, so one record releases
+ * exactly one wait (CANN: a notify counts to 1; records do not add up).
+ *
+ * Every notify's flag lives in a page of its own (a sealed memfd, memory.c),
+ * so that aclrtNotifyGetExportKey can share it at any time through the IPC
+ * layer, under a key of kind NOTIFY with the same whitelist, same-user rule
+ * and isolation as memory keys. The importer maps that page and nothing
+ * else. CANN's roles: the importer records; only the creator's side waits.
+ *
+ * Handles are checked against a registry of live notifies; queued tasks hold
+ * references, so destroying with work pending is safe.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/hashmap.h"
+#include "emu/ipc/ipc.h"
+#include "emu_internal.h"
+#include "os/os.h"
+
+#define CELL_MAGIC 0x4e504941u /* "AIPN" */
+
+typedef struct cell { /* shared with importers: read as numbers only */
+  _Atomic uint32_t word;    /* futex word: changes with every record */
+  _Atomic uint32_t waiters;
+  _Atomic uint32_t raised;  /* 1 between a record and the wait it releases */
+  _Atomic uint32_t id;      /* the creator's notify id */
+  uint32_t magic;
+} cell;
+
+typedef struct notify {
+  uint64_t flags; /* ACL_NOTIFY_* */
+  bool imported;
+  bool exported;
+  bool check_pids; /* exported with the whitelist on */
+  int32_t device;
+  cell *c;
+  char key[AIPC_KEY_CHARS + 1];
+  atomic_int refs;
+} notify;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static aipc__hmap g_reg = AIPC__HMAP_INIT;
+static uint32_t g_next_id;
+
+static aipc__hkey hkey(const void *n) { return (aipc__hkey){(uint64_t)(uintptr_t)n, 0}; }
+
+static void put(notify *n) {
+  if (atomic_fetch_sub(&n->refs, 1) != 1) return;
+  if (n->imported || n->exported) aipc__ipc_release("aclrtDestroyNotify", n->key);
+  if (!n->imported) aipc__mem_sync_free(n->c);
+  memset(n->key, 0, sizeof n->key);
+  free(n);
+}
+
+static aclError get(const char *call, aclrtNotify h, notify **out) {
+  if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: notify is NULL", call);
+  pthread_mutex_lock(&g_mu);
+  notify *n = aipc__hmap_get(&g_reg, hkey(h));
+  if (n) atomic_fetch_add(&n->refs, 1);
+  pthread_mutex_unlock(&g_mu);
+  if (!n)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: notify %p is not a live notify (never created, or already destroyed)",
+                      call, h);
+  *out = n;
+  return ACL_SUCCESS;
+}
+
+static aclError publish(const char *call, notify *n, aclrtNotify *out) {
+  atomic_init(&n->refs, 1);
+  pthread_mutex_lock(&g_mu);
+  int r = aipc__hmap_put(&g_reg, hkey(n), n);
+  pthread_mutex_unlock(&g_mu);
+  if (r != 0) {
+    put(n);
+    return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+  }
+  *out = n;
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_create_notify(aclrtNotify *out, uint64_t flag) {
+  static const char call[] = "aclrtCreateNotify";
+  if (!out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: notify is NULL", call);
+  if (flag > ACL_NOTIFY_DEVICE_USE_ONLY)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                      "%s: flag 0x%llx is not ACL_NOTIFY_DEFAULT (0) or ACL_NOTIFY_DEVICE_USE_ONLY (1)", call,
+                      (unsigned long long)flag);
+  notify *n = calloc(1, sizeof *n);
+  if (!n) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+  n->flags = flag;
+  n->device = aipc__device_current();
+  void *page;
+  aclError rc = aipc__mem_sync_alloc(call, n->device, &page);
+  if (rc) {
+    free(n);
+    return rc;
+  }
+  n->c = page;
+  n->c->magic = CELL_MAGIC;
+  pthread_mutex_lock(&g_mu);
+  atomic_store(&n->c->id, ++g_next_id);
+  pthread_mutex_unlock(&g_mu);
+  return publish(call, n, out);
+}
+
+aclError aipc__emu_destroy_notify(aclrtNotify h) {
+  static const char call[] = "aclrtDestroyNotify";
+  if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: notify is NULL", call);
+  pthread_mutex_lock(&g_mu);
+  notify *n = aipc__hmap_remove(&g_reg, hkey(h));
+  pthread_mutex_unlock(&g_mu);
+  if (!n)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                      "%s: notify %p is not a live notify (never created, or already destroyed)", call, h);
+  put(n);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_get_notify_id(aclrtNotify h, uint32_t *notifyId) {
+  static const char call[] = "aclrtGetNotifyId";
+  if (!notifyId) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: notifyId is NULL", call);
+  notify *n;
+  aclError rc = get(call, h, &n);
+  if (rc) return rc;
+  *notifyId = atomic_load(&n->c->id);
+  put(n);
+  return ACL_SUCCESS;
+}
+
+static aclError host_usable(const char *call, const notify *n) {
+  if (n->flags & ACL_NOTIFY_DEVICE_USE_ONLY)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                      "%s: the notify was created with ACL_NOTIFY_DEVICE_USE_ONLY: only device code may use it", call);
+  return ACL_SUCCESS;
+}
+
+/* ---- record and wait ------------------------------------------------------------------ */
+
+typedef struct notify_task {
+  aipc__task t;
+  notify *n;
+  uint32_t timeout_s; /* wait: 0 = none */
+} notify_task;
+
+static void free_task(aipc__task *t) {
+  put(((notify_task *)t)->n);
+  free(t);
+}
+
+static aclError run_record(aipc__task *t, aclError failed, const atomic_bool *cancel) {
+  (void)failed; /* a notify carries no status: the recorder's stream reports its own errors */
+  (void)cancel;
+  cell *c = ((notify_task *)t)->n->c;
+  atomic_store(&c->raised, 1);
+  atomic_fetch_add(&c->word, 1);
+  if (atomic_load(&c->waiters) > 0) aipc__os_futex_wake_all((const uint32_t *)&c->word);
+  return ACL_SUCCESS;
+}
+
+static aclError run_wait(aipc__task *t, aclError failed, const atomic_bool *cancel) {
+  (void)failed;
+  notify_task *w = (notify_task *)t;
+  cell *c = w->n->c;
+  uint64_t deadline = w->timeout_s ? aipc__os_now_ms() + (uint64_t)w->timeout_s * 1000u : 0;
+  for (;;) {
+    uint32_t one = 1;
+    atomic_fetch_add(&c->waiters, 1);
+    uint32_t word = atomic_load(&c->word);
+    if (atomic_compare_exchange_strong(&c->raised, &one, 0)) { /* released, and reset */
+      atomic_fetch_sub(&c->waiters, 1);
+      return ACL_SUCCESS;
+    }
+    int slice = AIPC_TASK_POLL_MS;
+    if (deadline) {
+      uint64_t now = aipc__os_now_ms();
+      if (now >= deadline) {
+        atomic_fetch_sub(&c->waiters, 1);
+        return aipc__fail(ACL_ERROR_RT_WAIT_TIMEOUT,
+                          "aclrtWaitAndResetNotify (running on the stream): the notify was not recorded within %u s",
+                          (unsigned)w->timeout_s);
+      }
+      if (deadline - now < (uint64_t)slice) slice = (int)(deadline - now);
+    }
+    aipc__os_futex_wait((const uint32_t *)&c->word, word, slice);
+    atomic_fetch_sub(&c->waiters, 1);
+    if (atomic_load(cancel))
+      return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "aclrtWaitAndResetNotify: the waiting stream was destroyed");
+  }
+}
+
+static aclError submit(const char *call, notify *n, aclrtStream stream, bool wait, uint32_t timeout_s) {
+  notify_task *t = malloc(sizeof *t);
+  if (!t) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+  atomic_fetch_add(&n->refs, 1);
+  *t = (notify_task){{NULL, wait ? run_wait : run_record, free_task}, n, timeout_s};
+  return aipc__stream_submit(call, stream, &t->t);
+}
+
+aclError aipc__emu_record_notify(aclrtNotify h, aclrtStream stream) {
+  static const char call[] = "aclrtRecordNotify";
+  notify *n;
+  aclError rc = get(call, h, &n);
+  if (rc) return rc;
+  int32_t dev;
+  if (!(rc = host_usable(call, n)) && !(rc = aipc__stream_device(call, stream, &dev)))
+    rc = submit(call, n, stream, false, 0);
+  put(n);
+  return rc;
+}
+
+aclError aipc__emu_wait_and_reset_notify(aclrtNotify h, aclrtStream stream, uint32_t timeout) {
+  static const char call[] = "aclrtWaitAndResetNotify";
+  notify *n;
+  aclError rc = get(call, h, &n);
+  if (rc) return rc;
+  int32_t dev;
+  if ((rc = host_usable(call, n)) || (rc = aipc__stream_device(call, stream, &dev))) goto out;
+  if (n->imported) {
+    rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                    "%s: the notify was imported (aclrtNotifyImportByKey): an IPC notify is waited on only by the "
+                    "side that created it; the importer records it",
+                    call);
+  } else if (dev != n->device) {
+    rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                    "%s: the notify belongs to device %d and the stream to device %d: wait on a stream of the "
+                    "notify's device",
+                    call, (int)n->device, (int)dev);
+  } else {
+    rc = submit(call, n, stream, true, timeout == UINT32_MAX ? 0 : timeout);
+  }
+out:
+  put(n);
+  return rc;
+}
+
+/* ---- sharing ------------------------------------------------------------------------ */
+
+aclError aipc__emu_notify_get_export_key(aclrtNotify h, char *key, size_t len, uint64_t flags) {
+  static const char call[] = "aclrtNotifyGetExportKey";
+  if (!key) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is NULL", call);
+  if (len == 0) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: len is 0", call);
+  if (len < ACL_IPC_MEM_KEY_LEN)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: len is %zu; the key buffer needs at least %d bytes", call, len,
+                      ACL_IPC_MEM_KEY_LEN);
+  if (flags != ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT && flags != ACL_RT_NOTIFY_EXPORT_FLAG_DISABLE_PID_VALIDATION)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                      "%s: flags 0x%llx is not ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT (0) or "
+                      "_DISABLE_PID_VALIDATION (0x2)",
+                      call, (unsigned long long)flags);
+  notify *n;
+  aclError rc = get(call, h, &n);
+  if (rc) return rc;
+  pthread_mutex_lock(&g_mu);
+  if (n->imported || n->exported) {
+    rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: the notify is already an IPC notify (%s)", call,
+                    n->imported ? "imported with aclrtNotifyImportByKey" : "its key was issued before");
+  } else {
+    bool check = flags == ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT;
+    rc = aipc__ipc_share(call, AIPC_OBJECT_NOTIFY, n->c, check, n->key);
+    if (rc == ACL_SUCCESS) {
+      n->exported = true;
+      n->check_pids = check;
+      memcpy(key, n->key, AIPC_KEY_CHARS + 1);
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  put(n);
+  return rc;
+}
+
+/* The exported key of n, or a recorded error. */
+static aclError exported_key(const char *call, notify *n, char key[AIPC_KEY_CHARS + 1]) {
+  pthread_mutex_lock(&g_mu);
+  bool ok = n->exported;
+  if (ok) memcpy(key, n->key, AIPC_KEY_CHARS + 1);
+  pthread_mutex_unlock(&g_mu);
+  if (!ok)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: the notify has no key yet: call aclrtNotifyGetExportKey first",
+                      call);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_notify_set_import_pid(aclrtNotify h, int32_t *pid, size_t num) {
+  static const char call[] = "aclrtNotifySetImportPid";
+  if (!pid) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: pid is NULL", call);
+  if (num == 0) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: num is 0", call);
+  for (size_t i = 0; i < num; i++)
+    if (pid[i] <= 0)
+      return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: pid[%zu] = %d is not a process id", call, i, (int)pid[i]);
+  notify *n;
+  aclError rc = get(call, h, &n);
+  if (rc) return rc;
+  char key[AIPC_KEY_CHARS + 1];
+  if (!(rc = exported_key(call, n, key))) rc = aipc__ipc_share_allow(call, key, pid, num);
+  memset(key, 0, sizeof key);
+  put(n);
+  return rc;
+}
+
+aclError aipc__emu_notify_set_import_pid_inter_server(aclrtNotify h, aclrtServerPid *serverPids, size_t num) {
+  static const char call[] = "aclrtNotifySetImportPidInterServer";
+  if (!serverPids) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: serverPids is NULL", call);
+  if (num == 0) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: num is 0", call);
+  for (size_t i = 0; i < num; i++) {
+    if (!serverPids[i].pid) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: serverPids[%zu].pid is NULL", call, i);
+    if (serverPids[i].num != 1)
+      return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: serverPids[%zu].num is %zu; each entry names one process",
+                        call, i, serverPids[i].num);
+    if (serverPids[i].pid[0] <= 0)
+      return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: serverPids[%zu].pid[0] = %d is not a process id", call, i,
+                        (int)serverPids[i].pid[0]);
+  }
+  notify *n;
+  aclError rc = get(call, h, &n);
+  if (rc) return rc;
+  char key[AIPC_KEY_CHARS + 1];
+  if (!(rc = exported_key(call, n, key))) rc = aipc__ipc_share_allow_servers(call, key, serverPids, num);
+  memset(key, 0, sizeof key);
+  put(n);
+  return rc;
+}
+
+aclError aipc__emu_notify_import_by_key(aclrtNotify *out, const char *key, uint64_t flags) {
+  static const char call[] = "aclrtNotifyImportByKey";
+  if (!out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: notify is NULL", call);
+  if (!key) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is NULL", call);
+  if (flags > 3)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                      "%s: flags 0x%llx is not ACL_RT_NOTIFY_IMPORT_FLAG_DEFAULT (0) or _ENABLE_PEER_ACCESS (0x2)",
+                      call, (unsigned long long)flags);
+  notify *n = calloc(1, sizeof *n);
+  if (!n) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+  size_t klen = strnlen(key, ACL_IPC_MEM_KEY_LEN);
+  memcpy(n->key, key, klen < AIPC_KEY_CHARS ? klen : AIPC_KEY_CHARS);
+  void *page;
+  uint32_t owner;
+  aclError rc = aipc__ipc_open(call, AIPC_OBJECT_NOTIFY, key, &page, &owner);
+  if (rc) {
+    memset(n->key, 0, sizeof n->key);
+    free(n);
+    return rc;
+  }
+  n->c = page;
+  n->imported = true;
+  n->device = aipc__device_current();
+  return publish(call, n, out);
+}
+
+/* ---- teardown, fork ------------------------------------------------------------------ */
+
+void aipc__notify_finalize(void) {
+  for (;;) {
+    pthread_mutex_lock(&g_mu);
+    size_t cur = 0;
+    aipc__hkey k;
+    notify *n = NULL;
+    if (aipc__hmap_next(&g_reg, &cur, &k, (void **)&n)) aipc__hmap_remove(&g_reg, k);
+    pthread_mutex_unlock(&g_mu);
+    if (!n) break;
+    put(n);
+  }
+  pthread_mutex_lock(&g_mu);
+  aipc__hmap_clear(&g_reg);
+  pthread_mutex_unlock(&g_mu);
+}
+
+void aipc__notify_atfork_prepare(void) { pthread_mutex_lock(&g_mu); }
+void aipc__notify_atfork_parent(void) { pthread_mutex_unlock(&g_mu); }
+
+void aipc__notify_atfork_child(void) {
+  size_t cur = 0;
+  void *v;
+  while (aipc__hmap_next(&g_reg, &cur, NULL, &v)) free(v);
+  aipc__hmap_clear(&g_reg);
+  g_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}
