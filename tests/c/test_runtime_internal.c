@@ -289,7 +289,7 @@ TEST(finalize_with_pinned_and_imported_blocks_leaks_nothing) {
   CHECK_OK(aipc__emu_free(q));
   void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   aipc__mem_wrlock();
-  CHECK(aipc__mem_add_import(m, 4096, 1, NULL) != NULL);
+  CHECK(aipc__mem_add_import(m, 4096, 1, AIPC_MEM_IMPORT, NULL) != NULL);
   aipc__mem_unlock();
   CHECK_OK(aipc__emu_finalize()); /* valgrind checks the bookkeeping went */
   CHECK(find_locked(p) == NULL && find_locked(m) == NULL);
@@ -310,7 +310,7 @@ static void *fake_import(void *p, size_t n, int32_t dev) {
   void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
   CHECK(m != MAP_FAILED);
   aipc__mem_wrlock();
-  aipc__block *ib = aipc__mem_add_import(m, n, dev, (void *)0x1);
+  aipc__block *ib = aipc__mem_add_import(m, n, dev, AIPC_MEM_IMPORT, (void *)0x1);
   aipc__mem_unlock();
   CHECK(ib && ib->kind == AIPC_MEM_IMPORT && ib->device == dev && ib->ipc == (void *)0x1);
   return m;
@@ -362,11 +362,11 @@ TEST(import_blocks_are_not_freeable) {
   CHECK_MSG(aipc__emu_free_host(imp), ACL_ERROR_INVALID_PARAM, "aclrtIpcMemClose");
   /* Overlapping registrations are refused, as are empty ones. */
   aipc__mem_wrlock();
-  CHECK(aipc__mem_add_import(imp, 4096, 1, NULL) == NULL);
-  CHECK(aipc__mem_add_import((char *)imp + 4096, 4096, 1, NULL) == NULL);
-  CHECK(aipc__mem_add_import(src, 4096, 1, NULL) == NULL);
-  CHECK(aipc__mem_add_import(NULL, 4096, 1, NULL) == NULL);
-  CHECK(aipc__mem_add_import((char *)imp + 65536, 0, 1, NULL) == NULL);
+  CHECK(aipc__mem_add_import(imp, 4096, 1, AIPC_MEM_IMPORT, NULL) == NULL);
+  CHECK(aipc__mem_add_import((char *)imp + 4096, 4096, 1, AIPC_MEM_IMPORT, NULL) == NULL);
+  CHECK(aipc__mem_add_import(src, 4096, 1, AIPC_MEM_IMPORT, NULL) == NULL);
+  CHECK(aipc__mem_add_import(NULL, 4096, 1, AIPC_MEM_IMPORT, NULL) == NULL);
+  CHECK(aipc__mem_add_import((char *)imp + 65536, 0, 1, AIPC_MEM_IMPORT, NULL) == NULL);
   aipc__mem_unlock();
   drop_import(imp, 2 * 4096);
   CHECK_OK(aipc__emu_free(src));
