@@ -538,8 +538,7 @@ aclError aipc__emu_ipc_get_event_handle(aclrtEvent h, aclrtIpcEventHandle *handl
     }
     pthread_mutex_unlock(&g_mu);
     if (rc == ACL_SUCCESS) {
-      memset(handle, 0, sizeof *handle);
-      memcpy(handle->reserved, e->key, AIPC_KEY_CHARS);
+      aipc__event_handle_write(e->key, handle);
     }
   }
   put(e);
@@ -549,17 +548,13 @@ aclError aipc__emu_ipc_get_event_handle(aclrtEvent h, aclrtIpcEventHandle *handl
 aclError aipc__emu_ipc_open_event_handle(aclrtIpcEventHandle handle, aclrtEvent *event_out) {
   static const char call[] = "aclrtIpcOpenEventHandle";
   if (!event_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: event is NULL", call);
-  /* The key, its NUL, and zeros: anything else is not a handle of this runtime. */
-  for (size_t i = AIPC_KEY_CHARS; i < sizeof handle.reserved; i++)
-    if (handle.reserved[i] != 0)
-      return aipc__fail(ACL_ERROR_INVALID_PARAM,
-                        "%s: handle is not one aclrtIpcGetEventHandle wrote (byte %zu is not zero): damaged or forged",
-                        call, i);
   event *e = calloc(1, sizeof *e);
   if (!e) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
-  memcpy(e->key, handle.reserved, AIPC_KEY_CHARS);
+  aipc__key k;
+  aclError rc = aipc__event_handle_parse(call, &handle, &k, e->key);
+  memset(k.secret, 0, sizeof k.secret);
   void *page;
-  aclError rc = aipc__ipc_open(call, AIPC_OBJECT_EVENT, e->key, &page, &e->peer);
+  if (rc == ACL_SUCCESS) rc = aipc__ipc_open(call, AIPC_OBJECT_EVENT, e->key, &page, &e->peer);
   if (rc) {
     memset(e->key, 0, sizeof e->key);
     free(e);

@@ -6,7 +6,8 @@
  * the NUL or past 65 bytes.
  *
  * Input: the key text (a NUL inside ends the string, as in C). The same
- * bytes, read as a 40-byte record, also drive the format -> parse round trip.
+ * bytes, read as a 40-byte record (and a kind), also drive the format ->
+ * parse round trip, and the kind check of aipc__key_parse_kind.
  */
 #include <stdint.h>
 #include <string.h>
@@ -29,6 +30,13 @@ static void parse_checked(const char *s, size_t readable) {
     aipc__key_format(&k, out);
     FUZZ_CHECK(strnlen(s, readable) == AIPC_KEY_CHARS);
     FUZZ_CHECK(memcmp(out, s, AIPC_KEY_CHARS + 1) == 0); /* canonical: one spelling per record */
+    FUZZ_CHECK((unsigned)k.kind < AIPC_OBJECT_KIND_COUNT);
+    for (int want = 0; want < AIPC_OBJECT_KIND_COUNT; want++) {
+      aipc__key k2;
+      aclError rc2 = aipc__key_parse_kind("fuzz", s, (aipc__object_kind)want, &k2);
+      FUZZ_CHECK((rc2 == ACL_SUCCESS) == (want == (int)k.kind));
+      if (rc2) FUZZ_CHECK(aipc__recent_err_msg() != NULL);
+    }
   } else {
     FUZZ_CHECK(rc == ACL_ERROR_INVALID_PARAM);
     FUZZ_CHECK(msg != NULL && msg[0] != '\0');
@@ -60,6 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
    * exactly the records with a field out of range) */
   if (size >= AIPC_KEY_RECORD_LEN) {
     aipc__key k, back;
+    k.kind = (aipc__object_kind)(data[size - 1] % AIPC_OBJECT_KIND_COUNT);
     memcpy(&k.pid, data, 4);
     memcpy(&k.sdid, data + 4, 4);
     memcpy(&k.nonce, data + 8, 8);
@@ -75,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int valid = k.pid != 0 && k.pid <= INT32_MAX && k.nonce != 0 && k.export_id != 0;
     FUZZ_CHECK((rc == ACL_SUCCESS) == valid);
     if (valid) {
-      FUZZ_CHECK(back.pid == k.pid && back.sdid == k.sdid && back.nonce == k.nonce && back.export_id == k.export_id);
+      FUZZ_CHECK(back.kind == k.kind && back.pid == k.pid && back.sdid == k.sdid && back.nonce == k.nonce && back.export_id == k.export_id);
       FUZZ_CHECK(aipc__secret_equal(back.secret, k.secret));
     }
     /* a secret differing anywhere is not equal */

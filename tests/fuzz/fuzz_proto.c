@@ -43,7 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     switch (m.type) {
       case AIPC_MSG_IMPORT:
         FUZZ_CHECK(size == AIPC_PROTO_HEADER + 40);
-        FUZZ_CHECK(m.export_id != 0 && m.flags <= 1 && m.settled <= m.req);
+        FUZZ_CHECK(m.export_id != 0 && (m.flags & AIPC_IMPORT_FLAGS_MASK) <= 1 && m.settled <= m.req);
+        FUZZ_CHECK(m.flags >> AIPC_IMPORT_KIND_SHIFT < AIPC_OBJECT_KIND_COUNT);
         break;
       case AIPC_MSG_CANCEL:
         FUZZ_CHECK(size == AIPC_PROTO_HEADER);

@@ -28,9 +28,9 @@ def write(target, data):
 # ---- keys ------------------------------------------------------------------
 
 
-def key(pid=1234, sdid=0, nonce=0x1122334455667788, export_id=1, secret=bytes(range(16))):
+def key(pid=1234, sdid=0, nonce=0x1122334455667788, export_id=1, secret=bytes(range(16)), prefix=b"aipc1."):
     rec = struct.pack("<IIQQ", pid, sdid, nonce, export_id) + secret
-    return b"aipc1." + base64.urlsafe_b64encode(rec).rstrip(b"=")
+    return prefix + base64.urlsafe_b64encode(rec).rstrip(b"=")
 
 
 def keys():
@@ -47,9 +47,26 @@ def keys():
         b"A" * 64, b"A" * 65, b"A" * 80, b"aipc1." + b"A" * 60,
         bytes(range(1, 70)), bytes(range(128, 200)),
         struct.pack("<IIQQ", 42, 0, 7, 9) + bytes(16),  # a raw record (drives the round trip)
+        key(prefix=b"aipn1."), key(prefix=b"aipe1."), key(prefix=b"aipx1."), key(prefix=b"aipn1.")[:-1],
+        struct.pack("<IIQQ", 42, 0, 7, 9) + bytes(15) + b"\x01",  # a raw record of another kind
     ]
     for s in seeds:
         write("key", s)
+
+
+# ---- IPC event handles (64 bytes: the key, its NUL, zeros) -----------------
+
+
+def handles():
+    good = key(prefix=b"aipe1.") + bytes(4)
+    seeds = [
+        good, good[:60], good[:-1] + b"\x01", good[:61] + b"\x00\x00\xff",
+        key(prefix=b"aipc1.") + bytes(4), key(prefix=b"aipn1.") + bytes(4),
+        key(pid=0, prefix=b"aipe1.") + bytes(4), key(prefix=b"aipe1.")[:59] + bytes(5),
+        bytes(64), b"\xff" * 64, b"aipe1." + b"A" * 58, good + b"longer than a handle",
+    ]
+    for s in seeds:
+        write("handle", s)
 
 
 # ---- protocol messages -----------------------------------------------------
@@ -213,5 +230,6 @@ def servers():
 
 if __name__ == "__main__":
     keys()
+    handles()
     protos()
     servers()

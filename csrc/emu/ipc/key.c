@@ -148,6 +148,24 @@ aclError aipc__key_parse_kind(const char *call, const char *key, aipc__object_ki
   return ACL_SUCCESS;
 }
 
+void aipc__event_handle_write(const char key[AIPC_KEY_CHARS + 1], aclrtIpcEventHandle *handle) {
+  memset(handle, 0, sizeof *handle);
+  memcpy(handle->reserved, key, AIPC_KEY_CHARS);
+}
+
+aclError aipc__event_handle_parse(const char *call, const aclrtIpcEventHandle *handle, aipc__key *out,
+                                  char key[AIPC_KEY_CHARS + 1]) {
+  _Static_assert(sizeof handle->reserved > AIPC_KEY_CHARS, "a key and its NUL fit in a handle");
+  for (size_t i = AIPC_KEY_CHARS; i < sizeof handle->reserved; i++)
+    if (handle->reserved[i] != 0)
+      return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                        "%s: handle is not one aclrtIpcGetEventHandle wrote (byte %zu is not zero): damaged or forged",
+                        call, i);
+  aclError rc = aipc__key_parse_kind(call, handle->reserved, AIPC_OBJECT_EVENT, out);
+  if (rc == ACL_SUCCESS) memcpy(key, handle->reserved, AIPC_KEY_CHARS + 1);
+  return rc;
+}
+
 int aipc__secret_equal(const uint8_t *a, const uint8_t *b) {
   volatile uint8_t d = 0;
   for (size_t i = 0; i < AIPC_SECRET_LEN; i++) d |= (uint8_t)(a[i] ^ b[i]);

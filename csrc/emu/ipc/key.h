@@ -75,6 +75,14 @@ aclError aipc__key_parse(const char *call, const char *key, aipc__key *out);
  * of another kind than want. */
 aclError aipc__key_parse_kind(const char *call, const char *key, aipc__object_kind want, aipc__key *out);
 
+/*
+ * IPC event handles (aclrtIpcEventHandle, 64 bytes): the key of kind EVENT,
+ * its NUL, and zeros to the end. Parsing accepts exactly that.
+ */
+void aipc__event_handle_write(const char key[AIPC_KEY_CHARS + 1], aclrtIpcEventHandle *handle);
+aclError aipc__event_handle_parse(const char *call, const aclrtIpcEventHandle *handle, aipc__key *out,
+                                  char key[AIPC_KEY_CHARS + 1]);
+
 /* 1 when the two secrets are equal; time independent of where they differ. */
 int aipc__secret_equal(const uint8_t *a, const uint8_t *b);
 
