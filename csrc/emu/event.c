@@ -319,7 +319,7 @@ static aclError usable(const char *call, const event *e) {
 
 aclError aipc__emu_record_event(aclrtEvent h, aclrtStream stream) {
   static const char call[] = "aclrtRecordEvent";
-  event *e;
+  event *e = NULL;
   aclError rc = get(call, "event", h, &e);
   if (rc) return rc;
   int32_t dev;
@@ -357,7 +357,7 @@ out:
 aclError aipc__emu_query_event_status(aclrtEvent h, aclrtEventRecordedStatus *status) {
   static const char call[] = "aclrtQueryEventStatus";
   if (!status) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: status is NULL", call);
-  event *e;
+  event *e = NULL;
   aclError rc = get(call, "event", h, &e);
   if (rc) return rc;
   if (e->flags & ACL_EVENT_EXTERNAL) {
@@ -376,7 +376,7 @@ aclError aipc__emu_query_event_status(aclrtEvent h, aclrtEventRecordedStatus *st
 }
 
 static aclError synchronize(const char *call, aclrtEvent h, int32_t timeout_ms) {
-  event *e;
+  event *e = NULL;
   aclError rc = get(call, "event", h, &e);
   if (rc) return rc;
   if (e->flags & ACL_EVENT_EXTERNAL) {
@@ -429,7 +429,7 @@ static void free_wait(aipc__task *t) {
 }
 
 static aclError stream_wait(const char *call, aclrtStream stream, aclrtEvent h, int32_t timeout_s) {
-  event *e;
+  event *e = NULL;
   aclError rc = get(call, "event", h, &e);
   if (rc) return rc;
   int32_t dev;
@@ -500,7 +500,7 @@ static aclError stamp(const char *call, const char *what, event *e, uint64_t *ns
 aclError aipc__emu_event_elapsed_time(float *ms, aclrtEvent start, aclrtEvent end) {
   static const char call[] = "aclrtEventElapsedTime";
   if (!ms) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: ms is NULL", call);
-  event *a, *b = NULL;
+  event *a = NULL, *b = NULL;
   aclError rc = get(call, "startEvent", start, &a);
   if (rc) return rc;
   if ((rc = get(call, "endEvent", end, &b))) goto out;
@@ -518,7 +518,7 @@ out:
 aclError aipc__emu_ipc_get_event_handle(aclrtEvent h, aclrtIpcEventHandle *handle) {
   static const char call[] = "aclrtIpcGetEventHandle";
   if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handle is NULL", call);
-  event *e;
+  event *e = NULL;
   aclError rc = get(call, "event", h, &e);
   if (rc) return rc;
   if (!is_ipc(e)) {

@@ -574,7 +574,7 @@ aclError aipc__emu_memcpy(void *dst, size_t destMax, const void *src, size_t cou
 }
 
 aclError aipc__memset_check(const char *call, void *devPtr, size_t count) {
-  operand o;
+  operand o = {false, false, -1};
   aclError rc = classify(call, "devPtr", devPtr, count, &o);
   if (rc == ACL_SUCCESS && !o.device)
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr %p is host memory, not device memory", call, devPtr);

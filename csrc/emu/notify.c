@@ -127,7 +127,7 @@ aclError aipc__emu_destroy_notify(aclrtNotify h) {
 aclError aipc__emu_get_notify_id(aclrtNotify h, uint32_t *notifyId) {
   static const char call[] = "aclrtGetNotifyId";
   if (!notifyId) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: notifyId is NULL", call);
-  notify *n;
+  notify *n = NULL;
   aclError rc = get(call, h, &n);
   if (rc) return rc;
   *notifyId = atomic_load(&n->c->id);
@@ -206,7 +206,7 @@ static aclError submit(const char *call, notify *n, aclrtStream stream, bool wai
 
 aclError aipc__emu_record_notify(aclrtNotify h, aclrtStream stream) {
   static const char call[] = "aclrtRecordNotify";
-  notify *n;
+  notify *n = NULL;
   aclError rc = get(call, h, &n);
   if (rc) return rc;
   int32_t dev;
@@ -218,7 +218,7 @@ aclError aipc__emu_record_notify(aclrtNotify h, aclrtStream stream) {
 
 aclError aipc__emu_wait_and_reset_notify(aclrtNotify h, aclrtStream stream, uint32_t timeout) {
   static const char call[] = "aclrtWaitAndResetNotify";
-  notify *n;
+  notify *n = NULL;
   aclError rc = get(call, h, &n);
   if (rc) return rc;
   int32_t dev;
@@ -255,7 +255,7 @@ aclError aipc__emu_notify_get_export_key(aclrtNotify h, char *key, size_t len, u
                       "%s: flags 0x%llx is not ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT (0) or "
                       "_DISABLE_PID_VALIDATION (0x2)",
                       call, (unsigned long long)flags);
-  notify *n;
+  notify *n = NULL;
   aclError rc = get(call, h, &n);
   if (rc) return rc;
   pthread_mutex_lock(&g_mu);
@@ -295,7 +295,7 @@ aclError aipc__emu_notify_set_import_pid(aclrtNotify h, int32_t *pid, size_t num
   for (size_t i = 0; i < num; i++)
     if (pid[i] <= 0)
       return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: pid[%zu] = %d is not a process id", call, i, (int)pid[i]);
-  notify *n;
+  notify *n = NULL;
   aclError rc = get(call, h, &n);
   if (rc) return rc;
   char key[AIPC_KEY_CHARS + 1];
@@ -318,7 +318,7 @@ aclError aipc__emu_notify_set_import_pid_inter_server(aclrtNotify h, aclrtServer
       return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: serverPids[%zu].pid[0] = %d is not a process id", call, i,
                         (int)serverPids[i].pid[0]);
   }
-  notify *n;
+  notify *n = NULL;
   aclError rc = get(call, h, &n);
   if (rc) return rc;
   char key[AIPC_KEY_CHARS + 1];

@@ -138,7 +138,7 @@ static void stream_shutdown(stream *s, bool force) {
 static aclError get(const char *call, aclrtStream h, stream **out) {
   aclError rc = ACL_SUCCESS;
   pthread_mutex_lock(&g_reg_mu);
-  stream *s;
+  stream *s = NULL;
   if (!h) {
     if (!g_default) rc = stream_new(call, &g_default);
     s = g_default;
@@ -148,7 +148,7 @@ static aclError get(const char *call, aclrtStream h, stream **out) {
       rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is not a live stream (never created, or already destroyed)",
                       call, h);
   }
-  if (rc == ACL_SUCCESS) {
+  if (rc == ACL_SUCCESS && s) {
     atomic_fetch_add(&s->refs, 1);
     *out = s;
   }
@@ -157,7 +157,7 @@ static aclError get(const char *call, aclrtStream h, stream **out) {
 }
 
 aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
-  stream *s;
+  stream *s = NULL;
   aclError rc = get(call, h, &s);
   if (rc) {
     t->free(t);
@@ -188,7 +188,7 @@ aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device) {
     *device = aipc__device_current();
     return ACL_SUCCESS;
   }
-  stream *s;
+  stream *s = NULL;
   aclError rc = get(call, h, &s);
   if (rc) return rc;
   *device = s->device;
@@ -198,7 +198,7 @@ aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device) {
 
 aclError aipc__emu_create_stream(aclrtStream *stream_out) {
   if (!stream_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateStream: stream is NULL");
-  stream *s;
+  stream *s = NULL;
   aclError rc = stream_new("aclrtCreateStream", &s);
   if (rc) return rc;
   pthread_mutex_lock(&g_reg_mu);
@@ -248,7 +248,7 @@ static bool wait_idle(stream *s, int64_t timeout_ms) {
 }
 
 static aclError synchronize(const char *call, aclrtStream h, int64_t timeout_ms) {
-  stream *s;
+  stream *s = NULL;
   aclError rc = get(call, h, &s);
   if (rc) return rc;
   char msg[sizeof s->msg];

@@ -66,6 +66,28 @@ int aipc_py_call(aipc_py_state *st, int32_t device, aipc_py_released_fn body, vo
   return 0;
 }
 
+int32_t aipc_py_current_device(const aipc_provider *p) {
+  int32_t cur = 0;
+  if (p->get_device(&cur) != ACL_SUCCESS) {
+    (void)p->get_recent_err_msg();
+    cur = 0;
+  }
+  return cur < 0 ? 0 : cur;
+}
+
+int aipc_py_wait_slices(aipc_py_state *st, int32_t device, aipc_py_released_fn slice, void *arg, int *done) {
+  for (;;) {
+    aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+    *done = 0;
+    if (aipc_py_call_released(st->provider, &f, device, slice, arg) != ACL_SUCCESS) {
+      aipc_py_raise(st, &f);
+      return -1;
+    }
+    if (*done) return 0;
+    if (PyErr_CheckSignals() < 0) return -1;
+  }
+}
+
 /* ---- device= arguments ----------------------------------------------------- */
 
 int aipc_py_parse_device(PyObject *obj, int32_t *device) {

@@ -1,5 +1,6 @@
 /* DeviceArray: an n-dimensional view of device memory. */
 #include "devicearray.h"
+#include "stream.h"
 
 #include <string.h>
 
@@ -287,17 +288,71 @@ fail:
   return NULL;
 }
 
-/* copy_from(src): host -> device copy into this (C-contiguous) view. */
-static PyObject *array_copy_from(PyObject *op, PyObject *src_obj) {
+typedef struct memcpy_async_call {
+  memcpy_call c;
+  aclrtStream stream;
+} memcpy_async_call;
+
+static void copy_bytes_async(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  memcpy_async_call *a = arg;
+  (void)aipc_py_note(p, f, AIPC_CALL_NAME(memcpy_async),
+                     p->memcpy_async(a->c.dst, a->c.count, a->c.src, a->c.count, a->c.kind, a->stream));
+}
+
+/* Copies c on stream_obj (None: now, aclrtMemcpy), keeping keep alive until
+ * the stream's synchronize(). 0 or -1. */
+static int copy_on(aipc_py_state *st, aipc_py_allocation *alloc, memcpy_call *c, PyObject *stream_obj,
+                   PyObject *keep) {
+  if (stream_obj == Py_None) {
+    Py_INCREF(alloc); /* nothing frees it while the GIL is released */
+    int rc = aipc_py_call(st, alloc->device, copy_bytes, c);
+    Py_DECREF(alloc);
+    return rc;
+  }
+  memcpy_async_call a = {*c, NULL};
+  if (aipc_py_stream_arg(st, stream_obj, &a.stream) < 0) return -1;
+  if (aipc_py_stream_keep(stream_obj, keep) < 0 || aipc_py_stream_keep(stream_obj, (PyObject *)alloc) < 0) return -1;
+  return aipc_py_call(st, alloc->device, copy_bytes_async, &a);
+}
+
+/* copy_from(src, stream=None): a copy into this (C-contiguous) view, from
+ * host data or another DeviceArray; on a stream, asynchronous. */
+static PyObject *array_copy_from(PyObject *op, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"src", "stream", NULL};
+  PyObject *src_obj, *stream_obj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:copy_from", kwlist, &src_obj, &stream_obj)) return NULL;
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
   aipc_py_allocation *alloc = aipc_py_array_checked(SELF);
   if (alloc == NULL) return NULL;
+  aclrtStream check;
+  if (aipc_py_stream_arg(st, stream_obj, &check) < 0) return NULL;
   Py_ssize_t itemsize = PyDataType_ELSIZE(SELF->dtype);
   if (!aipc_py_c_contiguous(SELF->ndim, SELF->shape, SELF->strides, itemsize)) {
     PyErr_SetString(PyExc_ValueError,
                     "copy_from() writes C-contiguous views only (one aclrtMemcpy); copy into the contiguous "
                     "array this view was sliced from");
     return NULL;
+  }
+  if (Py_TYPE(src_obj) == st->array_type) { /* device to device: same dtype and shape, both contiguous */
+    aipc_py_array *from = (aipc_py_array *)src_obj;
+    aipc_py_allocation *falloc = aipc_py_array_checked(from);
+    if (falloc == NULL) return NULL;
+    int same = from->ndim == SELF->ndim && PyArray_EquivTypes(from->dtype, SELF->dtype);
+    for (int i = 0; same && i < SELF->ndim; i++) same = from->shape[i] == SELF->shape[i];
+    if (!same) {
+      PyErr_SetString(PyExc_ValueError, "copy_from() of a DeviceArray needs the same shape and dtype");
+      return NULL;
+    }
+    if (!aipc_py_c_contiguous(from->ndim, from->shape, from->strides, itemsize)) {
+      PyErr_SetString(PyExc_ValueError, "copy_from() reads C-contiguous DeviceArrays only");
+      return NULL;
+    }
+    if (SELF->nbytes == 0) Py_RETURN_NONE;
+    memcpy_call c = {(char *)alloc->base + SELF->offset, (char *)falloc->base + from->offset, (size_t)SELF->nbytes,
+                     ACL_MEMCPY_DEVICE_TO_DEVICE};
+    if (stream_obj != Py_None && aipc_py_stream_keep(stream_obj, (PyObject *)falloc) < 0) return NULL;
+    if (copy_on(st, alloc, &c, stream_obj, src_obj) < 0) return NULL;
+    Py_RETURN_NONE;
   }
   PyArrayObject *src = (PyArrayObject *)PyArray_FROM_O(src_obj);
   if (src == NULL) return NULL;
@@ -322,9 +377,7 @@ static PyObject *array_copy_from(PyObject *op, PyObject *src_obj) {
 
   memcpy_call c = {(char *)alloc->base + SELF->offset, PyArray_DATA(host), (size_t)SELF->nbytes,
                    ACL_MEMCPY_HOST_TO_DEVICE};
-  Py_INCREF(alloc); /* nothing frees it while the GIL is released */
-  int rc = aipc_py_call(st, alloc->device, copy_bytes, &c);
-  Py_DECREF(alloc);
+  int rc = copy_on(st, alloc, &c, stream_obj, (PyObject *)host); /* the staged copy lives as long as the work */
   Py_DECREF(host);
   if (rc < 0) return NULL;
   Py_RETURN_NONE;
@@ -536,11 +589,15 @@ static PyGetSetDef array_getset[] = {
 static PyMethodDef array_methods[] = {
     {"numpy", array_numpy, METH_NOARGS,
      "numpy($self, /)\n--\n\nA C-contiguous host copy, a numpy.ndarray (device-to-host aclrtMemcpy)."},
-    {"copy_from", array_copy_from, METH_O,
-     "copy_from($self, src, /)\n--\n\n"
-     "Copies host data into this C-contiguous view (host-to-device aclrtMemcpy).\n"
-     "src: anything numpy.asarray() takes, broadcast to this shape and cast with\n"
-     "same_kind casting. On the cann provider this is how the CPU writes NPU memory."},
+    {"copy_from", (PyCFunction)(void (*)(void))array_copy_from, METH_VARARGS | METH_KEYWORDS,
+     "copy_from($self, /, src, stream=None)\n--\n\n"
+     "Copies into this C-contiguous view: from host data (host-to-device) or from a\n"
+     "C-contiguous DeviceArray of the same shape and dtype (device-to-device).\n"
+     "Host src: anything numpy.asarray() takes, broadcast to this shape and cast with\n"
+     "same_kind casting (staged: later changes to src do not matter). stream=None:\n"
+     "done on return (aclrtMemcpy); a Stream: queued there (aclrtMemcpyAsync) and\n"
+     "done once the stream reaches it; the arrays stay alive until synchronize().\n"
+     "On the cann provider this is how the CPU writes NPU memory."},
     {"close", array_close, METH_NOARGS,
      "close($self, /)\n--\n\n"
      "Drops this array's claim on its memory; the memory is given back once nothing\n"

@@ -12,6 +12,7 @@
 #include "devicearray.h"
 #include "dtype.h"
 #include "ipchandle.h"
+#include "stream.h"
 
 /* ---- device functions ------------------------------------------------------ */
 
@@ -501,20 +502,22 @@ static void export_memory(const aipc_provider *p, aipc_py_failure *f, int32_t de
 }
 
 static PyObject *fn_export(PyObject *module, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"array", "pids", "link", "torch_dtype", "keepalive", NULL};
+  static char *kwlist[] = {"array", "pids", "link", "stream", "torch_dtype", "keepalive", NULL};
   aipc_py_state *st = aipc_py_state_of_module(module);
   PyObject *array_obj, *pids_obj = Py_None, *link_obj = Py_None, *torch_dtype = Py_None, *result = NULL;
-  PyObject *keepalive = Py_None;
+  PyObject *keepalive = Py_None, *stream_obj = Py_None, *event = NULL;
   int32_t *pids = NULL;
   Py_ssize_t npids = 0;
   int link;
   char key[AIPC_PY_KEY_LEN];
   aipc_py_allocation *alloc = NULL;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO$OO:export", kwlist, &array_obj, &pids_obj, &link_obj,
-                                   &torch_dtype, &keepalive)) {
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOO$OO:export", kwlist, &array_obj, &pids_obj, &link_obj,
+                                   &stream_obj, &torch_dtype, &keepalive)) {
     return NULL;
   }
+  aclrtStream unused_stream;
+  if (aipc_py_stream_arg(st, stream_obj, &unused_stream) < 0) return NULL;
   if (Py_TYPE(array_obj) != st->array_type) {
     PyErr_Format(PyExc_TypeError, "export() needs a DeviceArray, not %.100s", Py_TYPE(array_obj)->tp_name);
     return NULL;
@@ -551,7 +554,20 @@ static PyObject *fn_export(PyObject *module, PyObject *args, PyObject *kwargs) {
                                 a->shape, a->strides, a->offset, (Py_ssize_t)alloc->size, alloc->device,
                                 aipc_py_pid());
   if (result != NULL && keepalive != Py_None) ((aipc_py_handle *)result)->keepalive = Py_NewRef(keepalive);
+  if (result != NULL && stream_obj != Py_None) {
+    /* Stream order: an IPC event recorded behind the work queued so far */
+    event = aipc_py_event_create(st, 1, 0, alloc->device);
+    if (event == NULL || aipc_py_event_record(st, (aipc_py_event *)event, stream_obj) < 0) {
+      Py_CLEAR(result); /* its dealloc ends the export if nothing else holds it */
+      goto done;
+    }
+    aipc_py_handle *h = (aipc_py_handle *)result;
+    h->has_event = 1;
+    h->event = ((aipc_py_event *)event)->ipc_handle;
+    h->event_obj = Py_NewRef(event);
+  }
 done:
+  Py_XDECREF(event);
   Py_XDECREF(alloc);
   PyMem_Free(pids);
   return result;
@@ -594,12 +610,14 @@ PyMethodDef aipc_py_module_functions[] = {
      "A DeviceArray holding a C-contiguous device copy of a numpy array (host-to-device\n"
      "aclrtMemcpy)."},
     {"export", (PyCFunction)(void (*)(void))fn_export, METH_VARARGS | METH_KEYWORDS,
-     "export($module, /, array, pids=None, link=None, *, torch_dtype=None, keepalive=None)\n--\n\n"
+     "export($module, /, array, pids=None, link=None, stream=None, *, torch_dtype=None, keepalive=None)\n--\n\n"
      "Exports the allocation behind array for IPC (aclrtIpcMemGetExportKey) and\n"
      "returns an IpcHandle.\n"
      "pids=None: any process of this user may import (DISABLE_PID_VALIDATION);\n"
      "a sequence: only those processes (aclrtIpcMemSetImportPid; [] = nobody yet).\n"
      "link: None, 'sio', 'hccs', 'ub_one_port', 'ub_multi_port' (ACCESS_LINK).\n"
+     "stream: a Stream whose queued work writes the memory: the handle carries an\n"
+     "IPC event recorded there, and open() waits for it before it imports.\n"
      "keepalive: an object the returned handle keeps alive until it is closed or\n"
      "collected (e.g. the owner of wrap()ped memory)."},
     {"wrap", (PyCFunction)(void (*)(void))fn_wrap, METH_VARARGS | METH_KEYWORDS,

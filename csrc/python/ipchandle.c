@@ -5,6 +5,7 @@
 
 #include "devicearray.h"
 #include "dtype.h"
+#include "stream.h"
 
 #define SELF ((aipc_py_handle *)op)
 
@@ -97,13 +98,14 @@ int aipc_py_check_torch_dtype(PyObject *obj) {
 }
 
 /* IpcHandle(key, size, dtype='uint8', shape=None, strides=None, offset=0,
- *           device=0, pid=0, torch_dtype=None) */
+ *           device=0, pid=0, torch_dtype=None, event=None) */
 static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"key",    "size",   "dtype", "shape",       "strides",
-                           "offset", "device", "pid",   "torch_dtype", NULL};
+  static char *kwlist[] = {"key", "size", "dtype", "shape", "strides", "offset", "device", "pid", "torch_dtype",
+                           "event", NULL};
   aipc_py_state *st = aipc_py_state_of(type);
   PyObject *key_obj, *dtype_obj = NULL, *shape_obj = Py_None, *strides_obj = Py_None;
-  PyObject *torch_dtype = Py_None, *result = NULL;
+  PyObject *torch_dtype = Py_None, *event_obj = Py_None, *result = NULL;
+  aclrtIpcEventHandle event;
   Py_ssize_t size, offset = 0;
   int device = 0;
   long pid = 0;
@@ -111,10 +113,21 @@ static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
   Py_ssize_t shape[AIPC_PY_MAX_NDIM], strides[AIPC_PY_MAX_NDIM], count;
   int ndim;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On|OOOnilO:IpcHandle", kwlist, &key_obj, &size,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On|OOOnilOO:IpcHandle", kwlist, &key_obj, &size,
                                    &dtype_obj, &shape_obj, &strides_obj, &offset, &device, &pid,
-                                   &torch_dtype)) {
+                                   &torch_dtype, &event_obj)) {
     return NULL;
+  }
+  if (event_obj != Py_None) {
+    char *buf;
+    Py_ssize_t blen;
+    if (!PyBytes_Check(event_obj) || PyBytes_AsStringAndSize(event_obj, &buf, &blen) < 0 ||
+        blen != (Py_ssize_t)sizeof event.reserved) {
+      PyErr_Format(PyExc_ValueError, "event must be None or the %d bytes of an IPC event handle",
+                   (int)sizeof event.reserved);
+      return NULL;
+    }
+    memcpy(event.reserved, buf, sizeof event.reserved);
   }
   if (check_key(key_obj, key) < 0) return NULL;
   if (size <= 0) {
@@ -150,6 +163,10 @@ static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
   }
   result = aipc_py_handle_build(st, key, NULL, dtype, torch_dtype == Py_None ? NULL : torch_dtype, ndim, shape,
                                 strides, offset, size, (int32_t)device, pid);
+  if (result != NULL && event_obj != Py_None) {
+    ((aipc_py_handle *)result)->has_event = 1;
+    ((aipc_py_handle *)result)->event = event;
+  }
 done:
   Py_DECREF(dtype);
   return result;
@@ -249,6 +266,18 @@ static PyObject *handle_open(PyObject *op, PyObject *args, PyObject *kwargs) {
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:open", kwlist, &device_obj)) return NULL;
   if (check_open(SELF) < 0) return NULL;
   if (aipc_py_parse_device(device_obj, &device) < 0) return NULL;
+  /* A stream-ordered hand-off: the exporter's queued writes first. Its own
+   * handle has the Event itself; any other opens the IPC event. */
+  if (SELF->has_event) {
+    aclrtIpcEventHandle ev = SELF->event;
+    if (SELF->event_obj != NULL && ((aipc_py_event *)SELF->event_obj)->pid == aipc_py_pid()) {
+      PyObject *r = PyObject_CallMethod(SELF->event_obj, "synchronize", NULL);
+      if (r == NULL) return NULL;
+      Py_DECREF(r);
+    } else if (aipc_py_event_wait_handle(st, &ev, device) < 0) {
+      return NULL;
+    }
+  }
   memcpy(c.key, SELF->key, sizeof c.key);
   c.mem_device = SELF->device;
   c.ptr = NULL;
@@ -314,6 +343,7 @@ static PyObject *handle_close(PyObject *op, PyObject *unused) {
   SELF->closed = 1;
   Py_CLEAR(SELF->alloc); /* may give the memory back if nothing else uses it */
   Py_CLEAR(SELF->keepalive);
+  Py_CLEAR(SELF->event_obj);
   Py_RETURN_NONE;
 }
 
@@ -389,9 +419,12 @@ static PyObject *handle_reduce(PyObject *op, PyObject *unused) {
   PyObject *result = NULL;
   if (shape != NULL && strides != NULL && dtype_str != NULL) {
     /* Plain values only: unpickling builds a handle and imports nothing. */
-    result = Py_BuildValue("(O(snOOOnilO))", (PyObject *)Py_TYPE(op), SELF->key, SELF->size, dtype_str, shape,
-                           strides, SELF->offset, (int)SELF->device, SELF->pid,
-                           SELF->torch_dtype ? SELF->torch_dtype : Py_None);
+    PyObject *event = SELF->has_event ? PyBytes_FromStringAndSize(SELF->event.reserved, sizeof SELF->event.reserved)
+                                      : Py_NewRef(Py_None);
+    if (event != NULL)
+      result = Py_BuildValue("(O(snOOOnilON))", (PyObject *)Py_TYPE(op), SELF->key, SELF->size, dtype_str, shape,
+                             strides, SELF->offset, (int)SELF->device, SELF->pid,
+                             SELF->torch_dtype ? SELF->torch_dtype : Py_None, event);
   }
   Py_XDECREF(shape);
   Py_XDECREF(strides);
@@ -455,6 +488,10 @@ static PyObject *get_size(PyObject *op, void *c) { return PyLong_FromSsize_t(SEL
 static PyObject *get_device(PyObject *op, void *c) { return PyLong_FromLong(SELF->device); }
 static PyObject *get_pid(PyObject *op, void *c) { return PyLong_FromLong(SELF->pid); }
 static PyObject *get_closed(PyObject *op, void *c) { return PyBool_FromLong(is_closed(SELF)); }
+static PyObject *get_event(PyObject *op, void *c) {
+  if (!SELF->has_event) Py_RETURN_NONE;
+  return PyBytes_FromStringAndSize(SELF->event.reserved, sizeof SELF->event.reserved);
+}
 static PyObject *get_is_exporter(PyObject *op, void *c) { return PyBool_FromLong(is_exporter(SELF)); }
 static PyObject *get_pid_validation(PyObject *op, void *c) {
   if (!is_exporter(SELF)) Py_RETURN_NONE;
@@ -477,6 +514,9 @@ static PyGetSetDef handle_getset[] = {
     {"device", get_device, NULL, "The exporter's device.", NULL},
     {"pid", get_pid, NULL, "Process id of the exporter (0 if unknown).", NULL},
     {"closed", get_closed, NULL, "True after close() (or after another handle ended the same export).", NULL},
+    {"event", get_event, NULL,
+     "export(stream=...): the IPC event handle (64 bytes) that open() waits for before it imports; else None.",
+     NULL},
     {"is_exporter", get_is_exporter, NULL,
      "True for the handle export() returned, in the exporting process: its close() ends the export.", NULL},
     {"pid_validation", get_pid_validation, NULL,
@@ -491,7 +531,9 @@ static PyMethodDef handle_methods[] = {
     {"open", (PyCFunction)(void (*)(void))handle_open, METH_VARARGS | METH_KEYWORDS,
      "open($self, /, device=None)\n--\n\n"
      "Imports the memory (aclrtIpcMemImportByKey) and returns the view as a\n"
-     "DeviceArray over the same bytes. Every open() is an import of its own: two\n"
+     "DeviceArray over the same bytes. A handle of export(stream=...) first waits\n"
+     "(GIL released, Ctrl-C interrupts) until the exporter's work queued before the\n"
+     "export has run, so the bytes are the ones that work wrote. Every open() is an import of its own: two\n"
      "opens give two arrays (two addresses) over the same bytes. Close them in any\n"
      "order: an import's mapping is released (aclrtIpcMemClose) once it and every\n"
      "older import of the same key in this process are closed."},
@@ -518,6 +560,7 @@ static int handle_traverse(PyObject *op, visitproc visit, void *arg) {
   Py_VISIT(Py_TYPE(op));
   Py_VISIT(SELF->alloc);
   Py_VISIT(SELF->keepalive);
+  Py_VISIT(SELF->event_obj);
   Py_VISIT(SELF->dtype);
   Py_VISIT(SELF->torch_dtype);
   return 0;
@@ -526,6 +569,7 @@ static int handle_traverse(PyObject *op, visitproc visit, void *arg) {
 static int handle_clear(PyObject *op) {
   Py_CLEAR(SELF->alloc); /* first: ends the export (if last) before the keepalive object can go */
   Py_CLEAR(SELF->keepalive);
+  Py_CLEAR(SELF->event_obj);
   Py_CLEAR(SELF->torch_dtype);
   return 0;
 }
@@ -543,7 +587,7 @@ static void handle_dealloc(PyObject *op) {
 /* Starts with the constructor's text signature, for inspect.signature(IpcHandle). */
 static const char handle_doc[] =
     "IpcHandle(key, size, dtype='uint8', shape=None, strides=None, offset=0, device=0, pid=0, "
-    "torch_dtype=None)\n--\n\n"
+    "torch_dtype=None, event=None)\n--\n\n"
     "An IPC key and the view of the exported memory it describes. export() returns\n"
     "one; pickling sends one (only plain values: unpickling never imports). open()\n"
     "imports the memory in any process. Constructing one from a key lets Python open\n"

@@ -34,6 +34,9 @@ typedef struct aipc_py_handle {
   int32_t device;      /* the exporter's device */
   long pid;            /* the exporter's process id (0 if unknown) */
   int closed;
+  int has_event;       /* export(stream=...): open() waits for this IPC event first */
+  aclrtIpcEventHandle event;
+  PyObject *event_obj; /* exporter side: the Event itself, alive while the handle is */
 } aipc_py_handle;
 
 int aipc_py_handle_init_type(PyObject *module, aipc_py_state *st);

@@ -11,6 +11,7 @@
 #include "functions.h"
 #include "imports.h"
 #include "ipchandle.h"
+#include "stream.h"
 
 static int module_exec(PyObject *module) {
   aipc_py_state *st = aipc_py_state_of_module(module);
@@ -32,6 +33,7 @@ static int module_exec(PyObject *module) {
   if (aipc_py_allocation_init_type(module, st) < 0) return -1;
   if (aipc_py_array_init_type(module, st) < 0) return -1;
   if (aipc_py_handle_init_type(module, st) < 0) return -1;
+  if (aipc_py_stream_init_types(module, st) < 0) return -1;
   if (PyModule_AddIntConstant(module, "PAGE_SIZE", (long)AIPC_PY_PAGE) < 0) return -1;
   if (PyModule_AddIntConstant(module, "KEY_LEN", AIPC_PY_KEY_LEN) < 0) return -1;
   return 0;
@@ -42,6 +44,8 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg) {
   Py_VISIT(st->allocation_type);
   Py_VISIT(st->array_type);
   Py_VISIT(st->handle_type);
+  Py_VISIT(st->stream_type);
+  Py_VISIT(st->event_type);
   Py_VISIT(st->acl_error);
   return 0;
 }
@@ -51,6 +55,8 @@ static int module_clear(PyObject *module) {
   Py_CLEAR(st->allocation_type);
   Py_CLEAR(st->array_type);
   Py_CLEAR(st->handle_type);
+  Py_CLEAR(st->stream_type);
+  Py_CLEAR(st->event_type);
   Py_CLEAR(st->acl_error);
   return 0;
 }

@@ -49,6 +49,8 @@ typedef struct aipc_py_state {
   PyTypeObject *allocation_type;
   PyTypeObject *array_type;
   PyTypeObject *handle_type;
+  PyTypeObject *stream_type;
+  PyTypeObject *event_type;
   PyObject *acl_error;
   const aipc_provider *provider;
   aipc_py_registry registry;
@@ -129,6 +131,19 @@ aclError aipc_py_call_released(const aipc_provider *p, aipc_py_failure *f, int32
 
 /* The same, raising the failure: 0, or -1 with AclError set. */
 int aipc_py_call(aipc_py_state *st, int32_t device, aipc_py_released_fn body, void *arg);
+
+/* The calling thread's current device (0 when it has none). No GIL needed. */
+int32_t aipc_py_current_device(const aipc_provider *p);
+
+/*
+ * A wait that Ctrl-C can interrupt: runs slice (an aipc_py_released_fn that
+ * waits at most AIPC_PY_WAIT_SLICE_MS and sets *done when the wait is over)
+ * with the GIL released, again and again, checking for signals in between.
+ * 0 once *done, or -1 with AclError (a failure in f) or the signal handler's
+ * exception (KeyboardInterrupt) set.
+ */
+#define AIPC_PY_WAIT_SLICE_MS 100
+int aipc_py_wait_slices(aipc_py_state *st, int32_t device, aipc_py_released_fn slice, void *arg, int *done);
 
 /* ---- argument helpers (device.c) ---------------------------------------- */
 
