@@ -27,16 +27,21 @@ tensors (CANN wants importers to close before the exporter does).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from typing import Any, Iterable, Optional, Sequence, Union
+import weakref
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import torch
 
 from . import _C
-from ._C import DeviceArray, IpcHandle
+from ._C import DeviceArray, IpcHandle, Stream
 
-__all__ = ["empty", "zeros", "from_tensor", "share", "open_torch", "is_shared", "install", "installed"]
+__all__ = [
+    "empty", "zeros", "from_tensor", "share", "open_torch", "is_shared", "install", "installed", "stream",
+    "current_stream", "record_stream",
+]
 
 # torch dtype -> numpy dtype name of the device memory. bfloat16 has no numpy
 # type: it is stored as int16 and viewed back as bfloat16.
@@ -160,7 +165,9 @@ def _npu_export_range(device: int, ptr: int, nbytes: int) -> tuple:
     return start, end - start
 
 
-def _share_npu(tensor: torch.Tensor, pids: Optional[Iterable[int]], link: Optional[str]) -> IpcHandle:
+def _share_npu(
+    tensor: torch.Tensor, pids: Optional[Iterable[int]], link: Optional[str], stream: Optional[Stream]
+) -> IpcHandle:
     """share() of an npu tensor from torch_npu's allocator: export its segment, carry the offset."""
     _torch_npu()
     if not _npu_memory():
@@ -180,8 +187,8 @@ def _share_npu(tensor: torch.Tensor, pids: Optional[Iterable[int]], link: Option
         region.close()
     try:
         # The handle keeps the storage (and so its segment) alive until it is closed.
-        return _C.export(view, None if pids is None else list(pids), link, torch_dtype=_dtype_name(tensor.dtype),
-                         keepalive=storage)
+        return _C.export(view, None if pids is None else list(pids), link, stream,
+                         torch_dtype=_dtype_name(tensor.dtype), keepalive=storage)
     finally:
         view.close()
 
@@ -250,10 +257,19 @@ def is_shared(tensor: torch.Tensor) -> bool:
     return True
 
 
-def share(tensor: torch.Tensor, pids: Optional[Iterable[int]] = None, link: Optional[str] = None) -> IpcHandle:
+def share(
+    tensor: torch.Tensor,
+    pids: Optional[Iterable[int]] = None,
+    link: Optional[str] = None,
+    stream: Optional[Stream] = None,
+) -> IpcHandle:
     """Exports the memory behind tensor; returns a picklable IpcHandle for its view.
 
-    pids and link as in ascend_ipc.export(). The tensor must live in ascend_ipc
+    pids and link as in ascend_ipc.export(). stream: the ascend_ipc.Stream whose
+    queued work writes the tensor (None: the one of an enclosing ``with
+    ascend_ipc.torch.stream(s):``, if any): the handle then carries an IPC event
+    recorded there, and the receiver's open waits for that work, as torch does
+    for CUDA tensors (event_sync_required). The tensor must live in ascend_ipc
     memory (empty(), zeros(), from_tensor(), open_torch(), or torch.from_dlpack
     of a DeviceArray), else ValueError -- except, on the cann provider with
     torch_npu, an npu tensor from torch_npu's allocator: then the segment that
@@ -271,14 +287,15 @@ def share(tensor: torch.Tensor, pids: Optional[Iterable[int]] = None, link: Opti
     else:
         view = _view_of(tensor)
         if view is None and tensor.device.type == "npu":
-            return _share_npu(tensor, pids, link)
+            return _share_npu(tensor, pids, link, _stream_for(stream, tensor))
     if view is None:
         raise ValueError(
             "tensor is not backed by ascend_ipc device memory; create it with ascend_ipc.torch.empty(), "
             "zeros() or from_tensor() to share it"
         )
     try:
-        return _C.export(view, None if pids is None else list(pids), link, torch_dtype=_dtype_name(tensor.dtype))
+        return _C.export(view, None if pids is None else list(pids), link, _stream_for(stream, tensor),
+                         torch_dtype=_dtype_name(tensor.dtype))
     finally:
         view.close()
 
@@ -342,14 +359,74 @@ def _reduce_tensor(fallback: Any, tensor: torch.Tensor) -> Any:
                 "support crossing process boundaries.  If you just want to transfer the data, call detach() "
                 "on the tensor before serializing (e.g., putting it on the queue)."
             )
-        handle = _C.export(view, None, None, torch_dtype=_dtype_name(tensor.dtype))
+        handle = _C.export(view, None, None, _stream_for(None, tensor), torch_dtype=_dtype_name(tensor.dtype))
     finally:
         view.close()
     return (_rebuild_tensor, (handle, tensor.requires_grad, isinstance(tensor, torch.nn.Parameter)))
 
 
+_current = threading.local()
+
+
+def current_stream() -> Optional[Stream]:
+    """The Stream of the innermost ``with ascend_ipc.torch.stream(s):`` in this thread, or None."""
+    return getattr(_current, "stream", None)
+
+
+@contextlib.contextmanager
+def stream(s: Optional[Stream]) -> Iterator[Optional[Stream]]:
+    """Within the block, tensors shared in this thread (share(), and sends through
+    install()) are ordered after the work queued on s: the receiver waits for it."""
+    if s is not None and not isinstance(s, Stream):
+        raise TypeError(f"stream() needs an ascend_ipc.Stream or None, not {type(s).__name__}")
+    before = current_stream()
+    _current.stream = s
+    try:
+        yield s
+    finally:
+        _current.stream = before
+
+
+_writers: "weakref.WeakKeyDictionary[Any, Stream]" = weakref.WeakKeyDictionary()
+_writers_lock = threading.Lock()
+
+
+def record_stream(tensor: torch.Tensor, s: Optional[Stream]) -> None:
+    """Says that work queued on s writes tensor's memory: from now on every send
+    of it (share(), and install()'s reduction in whatever thread pickles it) is
+    ordered after the work queued on s at that moment. None forgets it."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"record_stream() needs a torch.Tensor, not {type(tensor).__name__}")
+    if s is not None and not isinstance(s, Stream):
+        raise TypeError(f"record_stream() needs an ascend_ipc.Stream or None, not {type(s).__name__}")
+    storage = tensor.untyped_storage()
+    with _writers_lock:
+        if s is None:
+            _writers.pop(storage, None)
+        else:
+            _writers[storage] = s
+
+
+def _stream_for(s: Optional[Stream], tensor: Optional[torch.Tensor] = None) -> Optional[Stream]:
+    if s is not None:
+        return s
+    s = current_stream()
+    if s is None and tensor is not None:
+        with _writers_lock:
+            s = _writers.get(tensor.untyped_storage())
+        if s is not None and s.closed:
+            s = None
+    return s
+
+
 def install() -> None:
     """Makes tensors in ascend_ipc memory travel zero-copy through torch.multiprocessing.
+
+    A tensor written on a stream (record_stream(t, s), or sent inside ``with
+    ascend_ipc.torch.stream(s):`` by a sender that pickles in that thread) carries
+    an IPC event recorded on s, and the receiver waits for the work queued there
+    before it gets the tensor. Queues pickle in a feeder thread: use
+    record_stream() for them.
 
     Registers a reduction with multiprocessing's ForkingPickler for torch.Tensor
     and torch.nn.Parameter that sends such tensors as an IpcHandle (export with

@@ -5,20 +5,6 @@
 
 #define SELF ((aipc_py_event *)op)
 
-static int check_usable(aipc_py_event *e) {
-  if (e->handle == NULL) {
-    PyErr_SetString(PyExc_ValueError, "Event is closed");
-    return -1;
-  }
-  if (e->pid != aipc_py_pid()) {
-    PyErr_SetString(PyExc_ValueError,
-                    "Event belongs to the parent process (a forked child has no events of it; send an ipc=True "
-                    "event by pickling it)");
-    return -1;
-  }
-  return 0;
-}
-
 typedef struct event_call {
   aclrtEvent handle;
   uint32_t flags;
@@ -30,6 +16,33 @@ typedef struct event_call {
   aclrtEvent other;
   int done;
 } event_call;
+
+static void open_event(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg);
+
+/* 0 if e can be used here. An IPC event inherited across fork opens its
+ * handle in the child on first use (the child's runtime has none of the
+ * parent's events, but the handle works in any process of the user). */
+int aipc_py_event_usable(aipc_py_event *e) {
+  if (e->handle == NULL) {
+    PyErr_SetString(PyExc_ValueError, "Event is closed");
+    return -1;
+  }
+  if (e->pid == aipc_py_pid()) return 0;
+  if (!e->ipc) {
+    PyErr_SetString(PyExc_ValueError,
+                    "Event belongs to the parent process (a forked child has no events of it; an ipc=True event "
+                    "works in any process)");
+    return -1;
+  }
+  aipc_py_state *st = aipc_py_state_of(Py_TYPE(e));
+  event_call c = {.ipc = e->ipc_handle};
+  if (aipc_py_call(st, e->device, open_event, &c) < 0) return -1;
+  e->handle = c.handle;
+  e->pid = aipc_py_pid();
+  e->opened = 1;
+  return 0;
+}
+
 
 static void create_event(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
   event_call *c = arg;
@@ -191,7 +204,7 @@ static PyObject *event_from_handle(PyObject *cls, PyObject *args, PyObject *kwar
 /* ---- what streams and export() use (stream.h) ---------------------------------- */
 
 int aipc_py_event_record(aipc_py_state *st, aipc_py_event *ev, PyObject *stream_obj) {
-  if (check_usable(ev) < 0) return -1;
+  if (aipc_py_event_usable(ev) < 0) return -1;
   event_call c = {.handle = ev->handle};
   if (aipc_py_stream_arg(st, stream_obj, &c.stream) < 0) return -1;
   return aipc_py_call(st, ev->device, record_event, &c);
@@ -221,7 +234,7 @@ static PyObject *event_record(PyObject *op, PyObject *args, PyObject *kwargs) {
 }
 
 static PyObject *event_query(PyObject *op, PyObject *unused) {
-  if (check_usable(SELF) < 0) return NULL;
+  if (aipc_py_event_usable(SELF) < 0) return NULL;
   event_call c = {.handle = SELF->handle};
   if (aipc_py_call(aipc_py_state_of(Py_TYPE(op)), SELF->device, query_event, &c) < 0) return NULL;
   return PyBool_FromLong(c.status == ACL_EVENT_RECORDED_STATUS_COMPLETE);
@@ -240,7 +253,7 @@ static PyObject *event_synchronize(PyObject *op, PyObject *args, PyObject *kwarg
       return NULL;
     }
   }
-  if (check_usable(SELF) < 0) return NULL;
+  if (aipc_py_event_usable(SELF) < 0) return NULL;
   event_call c = {.handle = SELF->handle};
   Py_INCREF(op); /* alive while the GIL is released */
   int rc = synchronize(aipc_py_state_of(Py_TYPE(op)), &c, SELF->device, timeout);
@@ -255,7 +268,7 @@ static PyObject *event_elapsed(PyObject *op, PyObject *other) {
     PyErr_Format(PyExc_TypeError, "elapsed() needs an ascend_ipc.Event, not %.100s", Py_TYPE(other)->tp_name);
     return NULL;
   }
-  if (check_usable(SELF) < 0 || check_usable((aipc_py_event *)other) < 0) return NULL;
+  if (aipc_py_event_usable(SELF) < 0 || aipc_py_event_usable((aipc_py_event *)other) < 0) return NULL;
   event_call c = {.handle = SELF->handle, .other = ((aipc_py_event *)other)->handle};
   if (aipc_py_call(st, SELF->device, elapsed, &c) < 0) return NULL;
   return PyFloat_FromDouble((double)c.ms);

@@ -555,8 +555,12 @@ static PyObject *fn_export(PyObject *module, PyObject *args, PyObject *kwargs) {
                                 aipc_py_pid());
   if (result != NULL && keepalive != Py_None) ((aipc_py_handle *)result)->keepalive = Py_NewRef(keepalive);
   if (result != NULL && stream_obj != Py_None) {
-    /* Stream order: an IPC event recorded behind the work queued so far */
-    event = aipc_py_event_create(st, 1, 0, alloc->device);
+    /* Stream order: the allocation's IPC event, recorded again behind the
+     * work queued so far. One per allocation and alive as long as it, so a
+     * handle can be opened whenever the memory can; an opener waits for the
+     * latest record, which is never earlier than its own export's. */
+    if (alloc->sync_event == NULL) alloc->sync_event = aipc_py_event_create(st, 1, 0, alloc->device);
+    event = Py_XNewRef(alloc->sync_event);
     if (event == NULL || aipc_py_event_record(st, (aipc_py_event *)event, stream_obj) < 0) {
       Py_CLEAR(result); /* its dealloc ends the export if nothing else holds it */
       goto done;

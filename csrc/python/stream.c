@@ -130,10 +130,7 @@ static PyObject *stream_wait(PyObject *op, PyObject *event_obj) {
     return NULL;
   }
   aipc_py_event *ev = (aipc_py_event *)event_obj;
-  if (ev->handle == NULL || ev->pid != aipc_py_pid()) {
-    PyErr_SetString(PyExc_ValueError, ev->handle == NULL ? "Event is closed" : "Event belongs to the parent process");
-    return NULL;
-  }
+  if (aipc_py_event_usable(ev) < 0) return NULL;
   wait_call c = {SELF->handle, ev->handle};
   if (aipc_py_call(st, SELF->device, stream_wait_event, &c) < 0) return NULL;
   if (aipc_py_stream_keep(op, event_obj) < 0) return NULL;

@@ -46,6 +46,9 @@ int aipc_py_stream_arg(aipc_py_state *st, PyObject *obj, aclrtStream *handle);
 /* Keeps obj alive until the stream's next synchronize(). 0 or -1. */
 int aipc_py_stream_keep(PyObject *stream, PyObject *obj);
 
+/* 0 if ev can be used in this process (an IPC event inherited across fork
+ * opens its handle here on first use); else -1 with ValueError or AclError. */
+int aipc_py_event_usable(aipc_py_event *ev);
 /* A new Event: ipc, else sync (and timing). device < 0: the current one. */
 PyObject *aipc_py_event_create(aipc_py_state *st, int ipc, int timing, int32_t device);
 /* Records ev on stream_obj (None: the default stream). 0 or -1. */

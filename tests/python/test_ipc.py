@@ -145,7 +145,8 @@ def test_forged_keys_fail_cleanly(key):
         (lambda a: aipc.export(a, link=1), TypeError),
         (lambda a: aipc.export(a, link="nvlink"), ValueError),
         (lambda a: aipc.export(a, torch_dtype=3), TypeError),
-        (lambda a: aipc.export(a, None, None, None), TypeError),
+        (lambda a: aipc.export(a, stream=5), TypeError),
+        (lambda a: aipc.export(a, None, None, None, None), TypeError),
         (lambda a: aipc.export(), TypeError),
     ],
 )
