@@ -166,7 +166,7 @@ def _npu_export_range(device: int, ptr: int, nbytes: int) -> tuple:
 
 
 def _share_npu(
-    tensor: torch.Tensor, pids: Optional[Iterable[int]], link: Optional[str], stream: Optional[Stream]
+    tensor: torch.Tensor, pids: Optional[Iterable[int]], link: Optional[str], stream: Optional[Stream] = None
 ) -> IpcHandle:
     """share() of an npu tensor from torch_npu's allocator: export its segment, carry the offset."""
     _torch_npu()

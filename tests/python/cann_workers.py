@@ -65,6 +65,49 @@ def scenario_roundtrip(device: str = "1") -> dict:
     }
 
 
+# --------------------------------------------------------------------------- stream order through the library
+
+
+def child_ordered(handle, event, conn):
+    try:
+        with handle.open() as b:  # waits for the exporter's queued copies
+            first = int(b.numpy()[-1])
+        s = aipc.Stream()
+        s.wait(event)  # the event opened from its pickled handle
+        s.synchronize()
+        event.record(s)  # and recorded from this side
+        event.synchronize()
+        conn.send({"first": first, "query": event.query()})
+        s.close()
+    except BaseException:
+        conn.send({"error": traceback.format_exc()})
+
+
+def scenario_ordered() -> dict:
+    ctx = multiprocessing.get_context("spawn")
+    n = 32 << 20
+    s = aipc.Stream()
+    a = aipc.zeros(n, dtype="uint8")
+    src = aipc.from_numpy(np.full(n, 3, dtype=np.uint8))
+    for _ in range(4):
+        a.copy_from(src, stream=s)
+    h = aipc.export(a, stream=s)
+    e = aipc.Event(ipc=True)
+    e.record(s)
+    t0, t1 = aipc.Event(timing=True), aipc.Event(timing=True)
+    t0.record(s)
+    a.copy_from(src, stream=s)
+    t1.record(s)
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=child_ordered, args=(h, e, child))
+    p.start()
+    got = parent.recv()
+    p.join(TIMEOUT)
+    e.synchronize()
+    t1.synchronize()
+    return {"provider": aipc.provider(), "child": got, "elapsed_ok": t0.elapsed(t1) >= 0, "exitcode": p.exitcode}
+
+
 # --------------------------------------------------------------------------- two opens of one key
 
 
@@ -325,6 +368,18 @@ def scenario_degraded() -> dict:
     with h2.open() as b:
         out["plain_export"] = b.numpy().tolist()
     h2.close()
+    try:
+        aipc.Event(ipc=True)
+        out["ipc_event"] = None
+    except aipc.AclError as e:
+        out["ipc_event"] = _error(e)
+    s = aipc.Stream()  # plain events and streams are there
+    ev = aipc.Event()
+    x.copy_from(np.arange(8, dtype=np.int64) * 3, stream=s)
+    ev.record(s)
+    ev.synchronize()
+    out["plain_event"] = x.numpy().tolist()
+    s.close()
     return out
 
 

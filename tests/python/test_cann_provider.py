@@ -31,7 +31,7 @@ pytestmark = pytest.mark.timeout(180)
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TESTS = pathlib.Path(__file__).resolve().parent
 EMU_LIB = ROOT / "build" / "libascendcl_emu.so"
-OMITTED = ("aclrtIpcMemSetAttr", "aclrtIpcMemImportPidInterServer")
+OMITTED = ("aclrtIpcMemSetAttr", "aclrtIpcMemImportPidInterServer", "aclrtIpcGetEventHandle", "aclrtIpcOpenEventHandle")
 
 
 def _tool_env() -> dict:
@@ -322,6 +322,14 @@ def test_cross_process_round_trip(python, emu_lib):
     assert got["exitcode"] == 0
 
 
+def test_stream_ordered_hand_off_through_the_library(python, emu_lib):
+    got = _scenario(python, emu_lib, "ordered")
+    assert got["provider"] == "cann"
+    assert "error" not in got["child"], got["child"]
+    assert got["child"] == {"first": 3, "query": True}
+    assert got["elapsed_ok"] is True and got["exitcode"] == 0
+
+
 def test_two_opens_closed_younger_first(python, emu_lib):
     # CANN's rule, kept by the library: a close releases the key's oldest mapping.
     got = _scenario(python, emu_lib, "two_opens")
@@ -477,7 +485,7 @@ def test_cpu_switch_for_host_memory_libraries(python, emu_lib):
 def test_missing_symbols_disable_only_their_calls(python, old_cann_lib):
     got = _scenario(python, old_cann_lib, "degraded")
     assert got["provider"] == "cann"
-    assert got["unsupported"] == {"aclrtIpcMemSetAttr": "CANN 8.5.0", "aclrtIpcMemImportPidInterServer": "CANN 8.5.0"}
+    assert got["unsupported"] == {call: "CANN 8.5.0" for call in OMITTED}
     for key, symbol in (("set_attr", "aclrtIpcMemSetAttr"), ("inter_server", "aclrtIpcMemImportPidInterServer")):
         err = got[key]
         assert err is not None, key
@@ -486,6 +494,9 @@ def test_missing_symbols_disable_only_their_calls(python, old_cann_lib):
         assert "it is in CANN 8.5.0 and newer" in err["message"]
     assert got["self_import"] == list(range(8))
     assert got["plain_export"] == list(range(8))
+    err = got["ipc_event"]  # an older CANN: IPC events only are missing
+    assert (err["code"], err["name"], err["call"]) == (200006, "ACL_ERROR_FEATURE_UNSUPPORTED", "aclrtIpcGetEventHandle")
+    assert got["plain_event"] == [3 * i for i in range(8)]
 
 
 # --------------------------------------------------------------------------- info
@@ -500,8 +511,8 @@ def test_info_command_on_cann(python, old_cann_lib):
     assert f"  library: {os.path.realpath(old_cann_lib)}" in lines
     assert "  version: unknown" in lines
     assert "  dlpack: kDLExtDev (12), NPU memory, reached by the CPU only through copies" in lines
-    assert ("  unsupported: aclrtIpcMemImportPidInterServer (in CANN 8.5.0), aclrtIpcMemSetAttr (in CANN 8.5.0)"
-            in lines)
+    assert ("  unsupported: aclrtIpcGetEventHandle (in CANN 8.5.0), aclrtIpcMemImportPidInterServer (in CANN 8.5.0), "
+            "aclrtIpcMemSetAttr (in CANN 8.5.0), aclrtIpcOpenEventHandle (in CANN 8.5.0)" in lines)
     assert "devices: 2" in lines and sum(line.startswith("  device ") for line in lines) == 2
     rc, out, err = python("import sys; from ascend_ipc.__main__ import main; sys.exit(main(['info', '--json']))",
                           env=env)
