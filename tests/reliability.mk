@@ -106,11 +106,18 @@ TSAN_TESTS_resilience = threads_sharing_a_connection_through_stops_and_timeouts 
 # identity lock, and fork's prepare takes them the other way round; both under the exporter's lock,
 # so no deadlock, but TSan's lock-order check cannot see that.
 TSAN_TESTS_creds_internal = same_user_flood_capped_exporter_keeps_working privilege_drop_refused_on_the_same_connection
+# Stream workers publishing records and notifies while other threads wait, query and destroy.
+TSAN_TESTS_events = stream_wait_holds_back_later_work a_wait_keeps_the_record_it_saw destroy_with_work_pending_is_safe \
+  failed_work_fails_the_event ipc_handle_rules
+TSAN_TESTS_notify = one_record_releases_one_wait wait_queued_before_the_record_holds_the_stream
 
 .PHONY: tsan
 tsan:
 	$(MAKE) BUILD=build-tsan OPT=-O1 CFLAGS="-fsanitize=thread" LDFLAGS="-fsanitize=thread" \
-	  build-tsan/tests/test_ipc_scale build-tsan/tests/test_ipc_resilience build-tsan/tests/test_ipc_creds_internal
+	  build-tsan/tests/test_ipc_scale build-tsan/tests/test_ipc_resilience build-tsan/tests/test_ipc_creds_internal \
+	  build-tsan/tests/test_events build-tsan/tests/test_notify
 	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_ipc_scale $(TSAN_TESTS_scale)
 	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_ipc_resilience $(TSAN_TESTS_resilience)
 	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0:detect_deadlocks=0 build-tsan/tests/test_ipc_creds_internal $(TSAN_TESTS_creds_internal)
+	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_events $(TSAN_TESTS_events)
+	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_notify $(TSAN_TESTS_notify)
