@@ -624,6 +624,10 @@ PyMethodDef aipc_py_module_functions[] = {
      "IPC event recorded there, and open() waits for it before it imports.\n"
      "keepalive: an object the returned handle keeps alive until it is closed or\n"
      "collected (e.g. the owner of wrap()ped memory)."},
+    {"_rebuild_handle", aipc_py_handle_rebuild, METH_VARARGS,
+     "_rebuild_handle($module, args, hold, /)\n--\n\n"
+     "Unpickling of an IpcHandle: IpcHandle(*args), carrying the sender's hold on the\n"
+     "memory ((address, token), or None), which its first open() gives back."},
     {"wrap", (PyCFunction)(void (*)(void))fn_wrap, METH_VARARGS | METH_KEYWORDS,
      "wrap($module, /, address, size, device=None)\n--\n\n"
      "A uint8 DeviceArray over device memory this process got elsewhere (another\n"

@@ -214,6 +214,34 @@ void aipc_py_close_key(const aipc_provider *p, aipc_py_failure *f, int32_t devic
   (void)aipc_py_note(p, f, AIPC_CALL_NAME(ipc_close), p->ipc_close(key));
 }
 
+/* ---- put and drop (ascend_ipc/_handoff.py) ---------------------------------- */
+
+/* Calls ascend_ipc._handoff.<fn>(*args); a new reference, or NULL with an exception. */
+static PyObject *handoff_call(const char *fn, PyObject *args) {
+  PyObject *mod = PyImport_ImportModule("ascend_ipc._handoff");
+  if (mod == NULL) return NULL;
+  PyObject *f = PyObject_GetAttrString(mod, fn);
+  Py_DECREF(mod);
+  if (f == NULL) return NULL;
+  PyObject *r = PyObject_CallObject(f, args);
+  Py_DECREF(f);
+  return r;
+}
+
+/* Gives the sender its hold back (once); never raises, keeps any pending exception. */
+static void release_hold(aipc_py_handle *h) {
+  if (h->hold == NULL) return;
+  PyObject *hold = h->hold;
+  h->hold = NULL;
+  PyObject *exc_type, *exc_value, *exc_tb;
+  PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+  PyObject *r = handoff_call("release", hold);
+  if (r == NULL) PyErr_WriteUnraisable(hold);
+  Py_XDECREF(r);
+  Py_DECREF(hold);
+  PyErr_Restore(exc_type, exc_value, exc_tb);
+}
+
 /* ---- methods -------------------------------------------------------------- */
 
 /* This object is the exporter's handle, in the exporting process. */
@@ -297,6 +325,7 @@ static PyObject *handle_open(PyObject *op, PyObject *args, PyObject *kwargs) {
   if (exporter != NULL && exporter != alloc) alloc->exporter = Py_NewRef((PyObject *)exporter);
   result = aipc_py_array_new(st, alloc, NULL, SELF->dtype, SELF->ndim, SELF->shape, SELF->strides, SELF->offset);
   Py_DECREF(alloc); /* on failure this closes the import */
+  if (result != NULL) release_hold(SELF); /* imported: the memory lives on through this import */
   return result;
 }
 
@@ -341,6 +370,7 @@ static PyObject *handle_close(PyObject *op, PyObject *unused) {
     Py_DECREF(alloc);
   }
   SELF->closed = 1;
+  release_hold(SELF); /* a copy closed unopened: the sender need not wait for it */
   Py_CLEAR(SELF->alloc); /* may give the memory back if nothing else uses it */
   Py_CLEAR(SELF->keepalive);
   Py_CLEAR(SELF->event_obj);
@@ -413,6 +443,17 @@ static PyObject *handle_allow(PyObject *op, PyObject *args, PyObject *kwargs) {
 
 static PyObject *handle_reduce(PyObject *op, PyObject *unused) {
   if (check_open(SELF) < 0) return NULL;
+  /* Each copy pickled by the exporter holds the memory until it is opened
+   * (put and drop); a copy of a copy passes its hold on. */
+  PyObject *hold;
+  if (is_exporter(SELF)) {
+    PyObject *args = PyTuple_Pack(1, op);
+    hold = args ? handoff_call("hold", args) : NULL;
+    Py_XDECREF(args);
+    if (hold == NULL) return NULL;
+  } else {
+    hold = Py_NewRef(SELF->hold ? SELF->hold : Py_None);
+  }
   PyObject *shape = aipc_py_tuple(SELF->ndim, SELF->shape);
   PyObject *strides = aipc_py_tuple(SELF->ndim, SELF->strides);
   PyObject *dtype_str = PyObject_GetAttrString((PyObject *)SELF->dtype, "str");
@@ -421,15 +462,32 @@ static PyObject *handle_reduce(PyObject *op, PyObject *unused) {
     /* Plain values only: unpickling builds a handle and imports nothing. */
     PyObject *event = SELF->has_event ? PyBytes_FromStringAndSize(SELF->event.reserved, sizeof SELF->event.reserved)
                                       : Py_NewRef(Py_None);
-    if (event != NULL)
-      result = Py_BuildValue("(O(snOOOnilON))", (PyObject *)Py_TYPE(op), SELF->key, SELF->size, dtype_str, shape,
-                             strides, SELF->offset, (int)SELF->device, SELF->pid,
-                             SELF->torch_dtype ? SELF->torch_dtype : Py_None, event);
+    PyObject *rebuild = PyObject_GetAttrString(PyType_GetModule(Py_TYPE(op)), "_rebuild_handle");
+    if (event != NULL && rebuild != NULL)
+      result = Py_BuildValue("(O((snOOOnilOO)O))", rebuild, SELF->key, SELF->size, dtype_str, shape, strides,
+                             SELF->offset, (int)SELF->device, SELF->pid,
+                             SELF->torch_dtype ? SELF->torch_dtype : Py_None, event, hold);
+    Py_XDECREF(event);
+    Py_XDECREF(rebuild);
   }
   Py_XDECREF(shape);
   Py_XDECREF(strides);
   Py_XDECREF(dtype_str);
+  Py_DECREF(hold);
   return result;
+}
+
+PyObject *aipc_py_handle_rebuild(PyObject *module, PyObject *args) {
+  aipc_py_state *st = aipc_py_state_of_module(module);
+  PyObject *ctor_args, *hold;
+  if (!PyArg_ParseTuple(args, "O!O:_rebuild_handle", &PyTuple_Type, &ctor_args, &hold)) return NULL;
+  if (hold != Py_None && (!PyTuple_Check(hold) || PyTuple_GET_SIZE(hold) != 2)) {
+    PyErr_SetString(PyExc_TypeError, "_rebuild_handle: hold must be None or an (address, token) pair");
+    return NULL;
+  }
+  PyObject *h = handle_new(st->handle_type, ctor_args, NULL);
+  if (h != NULL && hold != Py_None) ((aipc_py_handle *)h)->hold = Py_NewRef(hold);
+  return h;
 }
 
 static PyObject *handle_enter(PyObject *op, PyObject *unused) { return Py_NewRef(op); }
@@ -561,6 +619,7 @@ static int handle_traverse(PyObject *op, visitproc visit, void *arg) {
   Py_VISIT(SELF->alloc);
   Py_VISIT(SELF->keepalive);
   Py_VISIT(SELF->event_obj);
+  Py_VISIT(SELF->hold);
   Py_VISIT(SELF->dtype);
   Py_VISIT(SELF->torch_dtype);
   return 0;
@@ -570,6 +629,7 @@ static int handle_clear(PyObject *op) {
   Py_CLEAR(SELF->alloc); /* first: ends the export (if last) before the keepalive object can go */
   Py_CLEAR(SELF->keepalive);
   Py_CLEAR(SELF->event_obj);
+  Py_CLEAR(SELF->hold);
   Py_CLEAR(SELF->torch_dtype);
   return 0;
 }
@@ -577,6 +637,7 @@ static int handle_clear(PyObject *op) {
 static void handle_dealloc(PyObject *op) {
   PyTypeObject *tp = Py_TYPE(op);
   PyObject_GC_UnTrack(op);
+  release_hold(SELF); /* a copy collected unopened */
   (void)handle_clear(op);
   Py_CLEAR(SELF->dtype);
   PyMem_Free(SELF->shape);

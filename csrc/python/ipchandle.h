@@ -37,9 +37,14 @@ typedef struct aipc_py_handle {
   int has_event;       /* export(stream=...): open() waits for this IPC event first */
   aclrtIpcEventHandle event;
   PyObject *event_obj; /* exporter side: the Event itself, alive while the handle is */
+  PyObject *hold;      /* an unpickled copy: (address, token) of the sender's hold on the memory,
+                          released by the first open() (or by close or collection unopened) */
 } aipc_py_handle;
 
 int aipc_py_handle_init_type(PyObject *module, aipc_py_state *st);
+
+/* _rebuild_handle(args, hold): unpickling (see handle_reduce). */
+PyObject *aipc_py_handle_rebuild(PyObject *module, PyObject *args);
 
 /*
  * A handle with every field set; takes new references to dtype, torch_dtype

@@ -1,0 +1,162 @@
+"""Put and drop: a pickled hand-off keeps its memory alive in the sender until it is opened.
+
+When the exporting process pickles an exporter-side IpcHandle (directly, or through
+ascend_ipc.torch's reduction), the pickle carries a hold: the address of this process's
+release socket and a fresh 128-bit token, and this process keeps the handle (and so the
+memory and its export) alive under that token. The receiver's open() — or the copy's
+close or collection without an open — sends the token back as one datagram, and the hold
+goes. A copy nobody opens is let go after ASCEND_IPC_SEND_TIMEOUT_S seconds (default 60),
+so what a sender holds is bounded by what is in flight.
+
+The release socket is an abstract Unix datagram socket served by one daemon thread, made
+on the first hold. Releases are accepted from processes of this user only (the kernel's
+credentials), and a token names one hold: a forged release can only end a hold early,
+which makes that copy's open fail with the runtime's error, as after the deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+import time
+from typing import Any, Dict, Optional, Tuple
+
+_DEFAULT_TIMEOUT_S = 60.0
+_TOKEN_LEN = 16
+_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def send_timeout_s() -> float:
+    """ASCEND_IPC_SEND_TIMEOUT_S: seconds a sender keeps an unopened hand-off (default 60)."""
+    raw = os.environ.get("ASCEND_IPC_SEND_TIMEOUT_S")
+    if raw is None:
+        return _DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        return _DEFAULT_TIMEOUT_S
+    return value if 0 < value <= 86400 * 7 else _DEFAULT_TIMEOUT_S
+
+
+class _Holds:
+    """This process's holds and its release socket (one per process, remade after fork)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holds: Dict[bytes, Tuple[Any, float]] = {}
+        self.sock: Optional[socket.socket] = None
+        self.address: Optional[bytes] = None
+        self.thread: Optional[threading.Thread] = None
+        self.pid = os.getpid()
+
+    def _start(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        address = b"\0ascend_ipc.hold.%d.%s" % (os.getpid(), os.urandom(8).hex().encode())
+        sock.bind(address)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.sock, self.address = sock, address
+        self.thread = threading.Thread(target=self._serve, name="ascend_ipc-handoff", daemon=True)
+        self.thread.start()
+
+    def hold(self, obj: Any) -> Tuple[bytes, bytes]:
+        token = os.urandom(_TOKEN_LEN)
+        deadline = time.monotonic() + send_timeout_s()
+        with self.lock:
+            if self.sock is None:
+                self._start()
+            self.holds[token] = (obj, deadline)
+            address = self.address
+        self._poke()
+        return address, token
+
+    def _poke(self) -> None:
+        """Makes the thread look at the deadlines again (a zero-length datagram)."""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                s.sendto(b"", self.address)
+        except OSError:
+            pass
+
+    def _next_timeout(self) -> Optional[float]:
+        with self.lock:
+            if not self.holds:
+                return None
+            soonest = min(deadline for _, deadline in self.holds.values())
+        return max(0.0, soonest - time.monotonic())
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            gone = [t for t, (_, deadline) in self.holds.items() if deadline <= now]
+            dropped = [self.holds.pop(t) for t in gone]
+        del dropped  # the memory goes here, outside the lock
+
+    def _serve(self) -> None:
+        sock = self.sock
+        uid = os.geteuid()
+        while True:
+            sock.settimeout(self._next_timeout())
+            try:
+                data, anc, _flags, _addr = sock.recvmsg(64, socket.CMSG_SPACE(_CRED.size))
+            except socket.timeout:
+                self._expire()
+                continue
+            except OSError:
+                return
+            sender_uid = None
+            for level, kind, payload in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= _CRED.size:
+                    sender_uid = _CRED.unpack_from(payload)[1]
+            if len(data) == _TOKEN_LEN and sender_uid == uid:
+                with self.lock:
+                    dropped = self.holds.pop(data, None)
+                del dropped
+            self._expire()
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.holds)
+
+    def after_fork_in_child(self) -> None:
+        # The parent's holds, socket and thread are not this process's: forget them (the
+        # memory they held is the parent's; dropping the objects here frees nothing of it).
+        self.lock = threading.Lock()
+        self.holds = {}
+        self.sock = self.address = self.thread = None
+        self.pid = os.getpid()
+
+
+_state = _Holds()
+os.register_at_fork(after_in_child=_state.after_fork_in_child)
+
+_client_lock = threading.Lock()
+_client: Optional[Tuple[int, socket.socket]] = None  # (the pid that made it, the socket)
+
+
+def hold(obj: Any) -> Tuple[bytes, bytes]:
+    """Keeps obj alive until the copy with the returned (address, token) is opened, or the deadline."""
+    return _state.hold(obj)
+
+
+def release(address: bytes, token: bytes) -> None:
+    """Tells the sender that this copy has been opened (or dropped). Never raises: a sender
+    that is gone has nothing left to release."""
+    global _client
+    if not isinstance(address, bytes) or not isinstance(token, bytes) or len(token) != _TOKEN_LEN:
+        return
+    if not address.startswith(b"\0ascend_ipc.hold."):
+        return  # only this package's sockets: a crafted pickle cannot aim datagrams elsewhere
+    with _client_lock:
+        try:
+            if _client is None or _client[0] != os.getpid():
+                _client = (os.getpid(), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+            _client[1].sendto(token, address)
+        except OSError:
+            pass
+
+
+def held() -> int:
+    """How many hand-offs this process is holding for receivers that have not opened them."""
+    return _state.count()
