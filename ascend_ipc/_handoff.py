@@ -16,6 +16,7 @@ which makes that copy's open fail with the runtime's error, as after the deadlin
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import struct
@@ -155,6 +156,20 @@ def release(address: bytes, token: bytes) -> None:
             _client[1].sendto(token, address)
         except OSError:
             pass
+
+
+@atexit.register
+def _close_sockets() -> None:
+    # At exit the holds go with the process; the sockets are closed rather than left to the
+    # collector (which would warn about them).
+    global _client
+    with _client_lock:
+        if _client is not None and _client[0] == os.getpid():
+            _client[1].close()
+        _client = None
+    sock = _state.sock
+    if sock is not None and _state.pid == os.getpid():
+        sock.close()
 
 
 def held() -> int:

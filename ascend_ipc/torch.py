@@ -422,6 +422,8 @@ def _stream_for(s: Optional[Stream], tensor: Optional[torch.Tensor] = None) -> O
 def install() -> None:
     """Makes tensors in ascend_ipc memory travel zero-copy through torch.multiprocessing.
 
+    Runs when ascend_ipc.torch is imported; calling it again is harmless.
+
     A tensor written on a stream (record_stream(t, s), or sent inside ``with
     ascend_ipc.torch.stream(s):`` by a sender that pickles in that thread) carries
     an IPC event recorded on s, and the receiver waits for the work queued there
@@ -450,3 +452,8 @@ def install() -> None:
 def installed() -> bool:
     """True once install() ran in this process."""
     return bool(_fallbacks)
+
+
+# Using ascend_ipc.torch is enough: a process that makes tensors here (a DataLoader worker
+# started with spawn or forkserver, which runs no code of the parent's) sends them zero-copy.
+install()

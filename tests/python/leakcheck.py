@@ -31,7 +31,9 @@ when it appeared:
 * the runtime's caches, which are made on first use and bounded: the device
   reservations (anonymous, so never counted), the exporter's server socket, epoll and
   eventfd, the importer's persistent connections (``SOCK_SEQPACKET`` sockets) and the
-  exporters' release ledgers (``memfd:ascend_ipc_ledger``) they hold;
+  exporters' release ledgers (``memfd:ascend_ipc_ledger``) they hold; and the two
+  datagram sockets of put and drop (``ascend_ipc/_handoff.py``: the release socket a
+  sender serves, the one a receiver sends its releases from);
 * the session's worker processes (``aipc_workers.Worker`` objects that are still alive,
   and the queues to them), and multiprocessing's own helpers (the forkserver and the
   resource tracker, and the descriptors leading to them).
@@ -208,6 +210,14 @@ def _long_lived_fds_and_pids():
             v = getattr(fs, attr, None)
             if isinstance(v, int):
                 (pids if attr.endswith("pid") else fds).add(v)
+    # put and drop: one release socket served, one to send releases from (bounded caches)
+    handoff = sys.modules.get("ascend_ipc._handoff")
+    if handoff is not None:
+        for sock in (getattr(handoff._state, "sock", None), (handoff._client or (None, None))[1]):
+            try:
+                fds.add(sock.fileno())
+            except Exception:  # not made, or closed
+                pass
     # multiprocessing's resource sharer (passing descriptors to spawned processes, as
     # torch's tensor reductions do) listens on a socket for the rest of the process
     mp_rs = sys.modules.get("multiprocessing.resource_sharer")
