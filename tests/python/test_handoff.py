@@ -1,0 +1,212 @@
+"""Put and drop (SPEC 3.2): a pickled hand-off keeps its memory alive in the sender until the
+receiver opens it, however soon the sender drops its own references — through multiprocessing
+queues and pipes, torch.multiprocessing, and plain pickle — and nothing is held past the
+receiver's open, its close, or ASCEND_IPC_SEND_TIMEOUT_S."""
+
+import gc
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import ascend_ipc as aipc
+from ascend_ipc import _handoff
+
+pytestmark = pytest.mark.timeout(240)
+
+METHODS = ["fork", "spawn", "forkserver"]
+
+
+def _settle(pred, timeout=10.0):
+    """Waits until pred() (the release datagram is asynchronous); returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(0.01)
+
+
+def _live():
+    gc.collect()
+    return len(aipc._C._live_allocations())
+
+
+def _open_sum(q_in, q_out):
+    while True:
+        h = q_in.get(timeout=120)
+        if h is None:
+            return
+        try:
+            with h.open() as b:
+                q_out.put(int(b.numpy().sum()))
+        except aipc.AclError as e:
+            q_out.put(("error", e.code))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_put_and_drop_through_a_queue(method):
+    ctx = mp.get_context(method)
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=_open_sum, args=(q_in, q_out))
+    p.start()
+    live0 = _live()
+    for i in range(5):
+        a = aipc.from_numpy(np.full(1000, i, np.int64))
+        q_in.put(aipc.export(a))
+        del a  # dropped at once: the hand-off keeps it
+        gc.collect()
+        assert q_out.get(timeout=120) == 1000 * i
+    assert _settle(lambda: _handoff.held() == 0)
+    assert _settle(lambda: _live() == live0)
+    q_in.put(None)
+    p.join(60)
+    assert p.exitcode == 0
+
+
+def _recv_pipe(conn):
+    h = conn.recv()
+    with h.open() as b:
+        conn.send(b.numpy().tolist())
+
+
+def test_put_and_drop_through_a_pipe():
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_recv_pipe, args=(child,))
+    p.start()
+    parent.send(aipc.export(aipc.from_numpy(np.arange(6, dtype=np.int32))))
+    gc.collect()
+    assert parent.recv() == list(range(6))
+    p.join(60)
+    assert _settle(lambda: _handoff.held() == 0)
+
+
+def _torch_recv(q_in, q_out):
+    import ascend_ipc.torch as atorch
+
+    for _ in range(3):
+        t = q_in.get(timeout=120)
+        q_out.put((atorch.is_shared(t), int(t.sum())))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_torch_put_and_drop(method):
+    torch = pytest.importorskip("torch")
+    import torch.multiprocessing as tmp
+
+    import ascend_ipc.torch as atorch
+
+    ctx = tmp.get_context(method)
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=_torch_recv, args=(q_in, q_out))
+    p.start()
+    for i in range(3):
+        t = atorch.zeros(4096, dtype=torch.int64)
+        t.fill_(i + 1)
+        q_in.put(t)
+        del t  # as torch users do with CUDA tensors
+        gc.collect()
+    got = [q_out.get(timeout=120) for _ in range(3)]
+    assert got == [(True, 4096 * (i + 1)) for i in range(3)]
+    p.join(60)
+    assert _settle(lambda: _handoff.held() == 0)
+
+
+def test_a_thousand_hand_offs_dropped_at_once():
+    ctx = mp.get_context("fork")
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=_open_sum, args=(q_in, q_out))
+    p.start()
+    live0 = _live()
+    n = 1000
+    for i in range(n):
+        q_in.put(aipc.export(aipc.from_numpy(np.full(8, i, np.int64))))
+    gc.collect()
+    sums = sorted(q_out.get(timeout=120) for _ in range(n))
+    assert sums == [8 * i for i in range(n)]
+    q_in.put(None)
+    p.join(120)
+    assert _settle(lambda: _handoff.held() == 0, 30)
+    assert _settle(lambda: _live() == live0, 30)
+
+
+def test_an_unopened_copy_is_let_go_at_the_deadline(monkeypatch):
+    monkeypatch.setenv("ASCEND_IPC_SEND_TIMEOUT_S", "1")
+    live0 = _live()
+    blob = pickle.dumps(aipc.export(aipc.from_numpy(np.ones(16))))
+    gc.collect()
+    assert _handoff.held() == 1 and _live() == live0 + 1  # kept for the copy in blob
+    assert _settle(lambda: _handoff.held() == 0, 10)
+    assert _settle(lambda: _live() == live0)
+    with pytest.raises(aipc.AclError) as info:
+        pickle.loads(blob).open()
+    assert info.value.code == 507022  # the runtime's clear error: the export is gone
+
+
+def test_closing_or_dropping_a_copy_unopened_releases_it():
+    a = aipc.from_numpy(np.ones(16))
+    h = aipc.export(a)
+    copies = [pickle.loads(pickle.dumps(h)) for _ in range(3)]
+    assert _handoff.held() == 3
+    copies[0].close()
+    assert _settle(lambda: _handoff.held() == 2)
+    del copies[1]
+    gc.collect()
+    assert _settle(lambda: _handoff.held() == 1)
+    with copies[-1].open() as b:  # an open releases too
+        assert b.numpy().sum() == 16
+    assert _settle(lambda: _handoff.held() == 0)
+
+
+def _take_and_die(q, ready):
+    h = q.get(timeout=60)  # kept: dropping it would give the hold back
+    ready.put(1)
+    os.kill(os.getpid(), signal.SIGKILL)  # never opens
+    del h
+
+
+def test_a_receiver_killed_before_opening(monkeypatch):
+    monkeypatch.setenv("ASCEND_IPC_SEND_TIMEOUT_S", "3")
+    ctx = mp.get_context("fork")
+    q, ready = ctx.Queue(), ctx.SimpleQueue()  # a SimpleQueue writes before put() returns
+    p = ctx.Process(target=_take_and_die, args=(q, ready))
+    p.start()
+    live0 = _live()
+    q.put(aipc.export(aipc.from_numpy(np.ones(16))))
+    ready.get()
+    p.join(60)
+    assert p.exitcode == -signal.SIGKILL
+    assert _handoff.held() == 1  # its share waits for the deadline
+    assert _settle(lambda: _handoff.held() == 0, 15)
+    assert _settle(lambda: _live() == live0)
+
+
+def _forge_release(address, token, as_uid, done):
+    os.setgid(as_uid)
+    os.setuid(as_uid)
+    _handoff.release(address, token)
+    done.put(1)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to send as another user (uid 65534)")
+def test_releases_from_another_user_are_ignored():
+    h = aipc.export(aipc.from_numpy(np.ones(16)))
+    copy = pickle.loads(pickle.dumps(h))  # alive: dropping it would release its hold
+    address, token = copy.__reduce__()[1][1]
+    held = _handoff.held()
+    assert held >= 1
+    ctx = mp.get_context("fork")
+    done = ctx.Queue()
+    p = ctx.Process(target=_forge_release, args=(address, token, 65534, done))
+    p.start()
+    done.get(timeout=60)
+    p.join(30)
+    time.sleep(0.3)
+    assert _handoff.held() == held  # the kernel said another uid sent it
+    _handoff.release(address, token)  # the same datagram from this user is honoured
+    assert _settle(lambda: _handoff.held() == held - 1)
