@@ -40,7 +40,7 @@ from ._C import DeviceArray, IpcHandle, Stream
 
 __all__ = [
     "empty", "zeros", "from_tensor", "share", "open_torch", "is_shared", "install", "installed", "stream",
-    "current_stream", "record_stream",
+    "current_stream", "record_stream", "share_state_dict", "StateDictHandle",
 ]
 
 # torch dtype -> numpy dtype name of the device memory. bfloat16 has no numpy
@@ -453,6 +453,8 @@ def installed() -> bool:
     """True once install() ran in this process."""
     return bool(_fallbacks)
 
+
+from ._state_dict import StateDictHandle, share_state_dict  # noqa: E402  (needs the functions above)
 
 # Using ascend_ipc.torch is enough: a process that makes tensors here (a DataLoader worker
 # started with spawn or forkserver, which runs no code of the parent's) sends them zero-copy.
