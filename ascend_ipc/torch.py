@@ -7,8 +7,8 @@
     h = atorch.share(t)                 # IpcHandle (picklable)
     u = h.open_torch()                  # in any process: a tensor over the same bytes
 
-    atorch.install()                    # then, through torch.multiprocessing queues,
-    q.put(t)                            # such tensors arrive zero-copy
+    q.put(t); del t                     # through torch.multiprocessing queues (and
+                                        # DataLoader workers) such tensors arrive zero-copy
 
 Tensors live in device memory of the current provider. On the emulated
 provider that memory is host memory, so the tensors are CPU tensors to torch.
@@ -18,8 +18,9 @@ takes npu tensors from torch_npu's own allocator (it exports the segment the
 tensor's storage lies in and carries the offset).
 
 Lifetimes: a tensor made here (or opened here) keeps its memory alive as long
-as it lives; the sender of a tensor or handle must keep it alive until the
-receivers have opened it (as with CUDA tensors in torch.multiprocessing). For
+as it lives; a tensor or handle sent to another process is kept alive for it
+until the receiver has opened it (put and drop: the sender may drop it at
+once, as with CUDA tensors in torch.multiprocessing). For
 an npu tensor from torch_npu's allocator, the handle share() returns keeps the
 tensor's storage alive: keep the handle until the receivers have closed their
 tensors (CANN wants importers to close before the exporter does).
