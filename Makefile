@@ -132,6 +132,7 @@ test-hw: $(VENV)/.installed lib
 # Figures against the alternatives; writes docs/benchmarks.md and docs/img/.
 bench: $(VENV)/.installed bench-c
 	$(VPY) benchmarks/bench_share.py
+	$(VPY) benchmarks/bench_workflows.py
 
 demo: $(VENV)/.installed
 	$(VPY) -m ascend_ipc.demo

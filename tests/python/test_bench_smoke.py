@@ -76,3 +76,15 @@ def test_bench_share_quick(tmp_path):
         assert path.is_file() and path.stat().st_size > 1000, name
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
         assert f"img/{name}" in md, name
+
+
+@pytest.mark.timeout(600)
+def test_bench_workflows_quick():
+    _require("torch")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_workflows.py"), "--quick"],
+                       capture_output=True, text=True, timeout=580)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    for n, row in result["state_dict_ms"].items():
+        assert set(row) == {"share_state_dict", "per_tensor_handles", "torch_share_memory", "pickle"}, n
+    assert set(result["dataloader_per_s"]) == {"4 KiB", "1 MiB"}
