@@ -42,6 +42,7 @@ from ._C import (
     wrap,
     zeros,
 )
+from ._many import open_many
 
 __all__ = [
     "KEY_LEN",
@@ -59,6 +60,7 @@ __all__ = [
     "export",
     "from_numpy",
     "mem_info",
+    "open_many",
     "provider",
     "provider_info",
     "set_device",

@@ -210,3 +210,36 @@ def test_releases_from_another_user_are_ignored():
     assert _handoff.held() == held  # the kernel said another uid sent it
     _handoff.release(address, token)  # the same datagram from this user is honoured
     assert _settle(lambda: _handoff.held() == held - 1)
+
+
+def _open_many_child(handles, q):
+    try:
+        arrays = aipc.open_many(handles)
+        q.put([int(a.numpy()[0]) for a in arrays])
+        for a in arrays:
+            a.close()
+        bad = list(handles[:5]) + [aipc.IpcHandle("aipc1." + "A" * 54, 4096)]
+        live0 = _live()
+        try:
+            aipc.open_many(bad)
+            q.put("no error")
+        except aipc.AclError as e:
+            q.put((e.code, _live() == live0))  # all or nothing: the good ones were closed again
+    except BaseException as e:  # pragma: no cover
+        q.put(repr(e))
+
+
+def test_open_many_keeps_order_and_is_all_or_nothing():
+    arrays = [aipc.from_numpy(np.full(4, i, np.int64)) for i in range(300)]
+    handles = [aipc.export(a) for a in arrays]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_open_many_child, args=(handles, q))
+    p.start()
+    assert q.get(timeout=120) == list(range(300))
+    code, clean = q.get(timeout=120)
+    assert code in (100000, 507022) and clean
+    p.join(60)
+    assert aipc.open_many([]) == []
+    with pytest.raises(TypeError):
+        aipc.open_many([object()])
