@@ -63,6 +63,14 @@ def _state_dict(n):
     return {f"layer{i}.weight": torch.full((16, 16), float(i)) for i in range(n)}
 
 
+def _descriptors_for(n):
+    """Whether this process may hold n more descriptors (one per allocation, per-tensor methods)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return n * 1.25 + 256 < max(soft, hard)
+
+
 def bench_state_dicts(sizes, reps):
     ctx = tmp.get_context("spawn")
     parent, child = ctx.Pipe()
@@ -72,7 +80,10 @@ def bench_state_dicts(sizes, reps):
     try:
         for n in sizes:
             sd = _state_dict(n)
-            shared = {k: atorch.from_tensor(v) for k, v in sd.items()}  # already in ascend_ipc memory
+            # One allocation (and descriptor) per tensor for the per-tensor methods, in both
+            # processes: beyond the descriptor limit they cannot run at all.
+            per_tensor = _descriptors_for(n)
+            shared = {k: atorch.from_tensor(v) for k, v in sd.items()} if per_tensor else None
             runs = {"share_state_dict": [], "per_tensor_handles": [], "torch_share_memory": [], "pickle": []}
             for _ in range(reps + 1):  # the first round warms up
                 t0 = time.perf_counter()
@@ -80,25 +91,29 @@ def bench_state_dicts(sizes, reps):
                 parent.send(("sd", h))
                 assert parent.recv() == n
                 t1 = time.perf_counter()
-                parent.send(("handles", {k: atorch.share(v) for k, v in shared.items()}))
-                assert parent.recv() == n
-                t2 = time.perf_counter()
-                fresh = {k: v.clone() for k, v in sd.items()}  # not yet shared (untimed)
-                t3 = time.perf_counter()
-                for v in fresh.values():
-                    v.share_memory_()
-                parent.send(("torch", fresh))
-                assert parent.recv() == n
+                runs["share_state_dict"].append(t1 - t0)
+                del h
+                if per_tensor:
+                    t1 = time.perf_counter()
+                    parent.send(("handles", {k: atorch.share(v) for k, v in shared.items()}))
+                    assert parent.recv() == n
+                    t2 = time.perf_counter()
+                    fresh = {k: v.clone() for k, v in sd.items()}  # not yet shared (untimed)
+                    t3 = time.perf_counter()
+                    for v in fresh.values():
+                        v.share_memory_()
+                    parent.send(("torch", fresh))
+                    assert parent.recv() == n
+                    t4 = time.perf_counter()
+                    runs["per_tensor_handles"].append(t2 - t1)
+                    runs["torch_share_memory"].append(t4 - t3)
+                    del fresh
                 t4 = time.perf_counter()
                 parent.send(("pickle", pickle.dumps(sd)))
                 assert parent.recv() == n
-                t5 = time.perf_counter()
-                runs["share_state_dict"].append(t1 - t0)
-                runs["per_tensor_handles"].append(t2 - t1)
-                runs["torch_share_memory"].append(t4 - t3)
-                runs["pickle"].append(t5 - t4)
-                del h, fresh
-            out[n] = {k: statistics.median(v[1:]) * 1e3 for k, v in runs.items()}
+                runs["pickle"].append(time.perf_counter() - t4)
+            out[n] = {k: (statistics.median(v[1:]) * 1e3 if v else None) for k, v in runs.items()}
+            del shared
     finally:
         parent.send(("quit", None))
         p.join(60)
@@ -158,10 +173,18 @@ def _markdown(sd, dl, when):
     L.append("| tensors | share_state_dict | one handle per tensor | torch `share_memory_()` | pickling (a copy) |"
              " `share_memory_()` / share_state_dict |")
     L.append("|---:|---:|---:|---:|---:|---:|")
+    def f(v):
+        return "n/a¹" if v is None else f"{v:.1f}"
+
     for n, r in sd.items():
-        L.append(f"| {n:,} | {r['share_state_dict']:.1f} | {r['per_tensor_handles']:.1f} | "
-                 f"{r['torch_share_memory']:.1f} | {r['pickle']:.1f} | "
-                 f"**{r['torch_share_memory'] / r['share_state_dict']:.1f}×** |")
+        ratio = "—" if r["torch_share_memory"] is None else f"**{r['torch_share_memory'] / r['share_state_dict']:.1f}×**"
+        L.append(f"| {n:,} | {f(r['share_state_dict'])} | {f(r['per_tensor_handles'])} | "
+                 f"{f(r['torch_share_memory'])} | {f(r['pickle'])} | {ratio} |")
+    if any(r["torch_share_memory"] is None for r in sd.values()):
+        L.append("")
+        L.append("¹ Not run: one descriptor per tensor in each process would pass this machine's "
+                 "`RLIMIT_NOFILE` (an allocation of ascend_ipc, a storage of torch's `file_descriptor` "
+                 "strategy, each holds one); one buffer for the whole dict needs one.")
     L.append("")
     L.append("**(h) DataLoader throughput** (2 workers, fork, `batch_size=None`), batches/s:")
     L.append("")
@@ -203,7 +226,8 @@ def _plot(sd, path):
     sizes = list(sd)
     for key, label in (("share_state_dict", "share_state_dict"), ("per_tensor_handles", "one handle per tensor"),
                        ("torch_share_memory", "torch share_memory_()"), ("pickle", "pickling")):
-        ax.plot(sizes, [sd[n][key] for n in sizes], marker="o", label=label)
+        xs = [n for n in sizes if sd[n][key] is not None]
+        ax.plot(xs, [sd[n][key] for n in xs], marker="o", label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("tensors in the state dict")
@@ -230,7 +254,8 @@ def main(argv=None):
         dl = bench_dataloader([("4 KiB", 4096, 2000), ("1 MiB", 1 << 20, 400), ("64 MiB", 64 << 20, 24)], 3)
     when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     for n, r in sd.items():
-        print(f"(g) {n:>6} tensors: " + ", ".join(f"{k} {v:.1f} ms" for k, v in r.items()))
+        print(f"(g) {n:>6} tensors: " + ", ".join(f"{k} {v:.1f} ms" if v is not None else f"{k} n/a"
+                                               for k, v in r.items()))
     for label, r in dl.items():
         print(f"(h) {label:>7}: ascend_ipc {r['ascend_ipc']:.0f}/s, torch default {r['torch_default']:.0f}/s")
     result = {"when": when, "state_dict_ms": {str(k): v for k, v in sd.items()}, "dataloader_per_s": dl}

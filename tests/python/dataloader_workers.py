@@ -41,3 +41,33 @@ def collate(samples):
     out = atorch.empty((len(samples), samples[0].shape[0]), dtype=torch.float32)
     torch.stack(samples, out=out)
     return out
+
+
+_stream = None
+
+
+class StreamBatches(torch.utils.data.Dataset):
+    """Batches written by work queued on a stream of the worker: the tensor says so
+    (record_stream), and the main process gets it only once that work has run."""
+
+    def __init__(self, n, numel):
+        self.n, self.numel = n, numel
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import numpy as np
+
+        import ascend_ipc as aipc
+
+        global _stream
+        if _stream is None:
+            _stream = aipc.Stream()
+        t = atorch.zeros((self.numel,), dtype=torch.uint8)
+        dev = atorch._view_of(t)
+        for _ in range(4):  # queued, not yet run when the batch is sent
+            dev.copy_from(np.full(self.numel, i % 250 + 1, np.uint8), stream=_stream)
+        atorch.record_stream(t, _stream)
+        dev.close()
+        return {"index": i, "data": t}

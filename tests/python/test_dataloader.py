@@ -87,3 +87,15 @@ def test_a_long_run_holds_only_what_is_in_flight():
     assert most_held <= 2 * 4 + 4, most_held  # 2 workers x prefetch 4, and a little slack
     assert _open_fds() <= fds0 + 2
     assert aipc.mem_info()[1] - aipc.mem_info()[0] == used0
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_stream_ordered_batches(method):
+    numel = 32 << 20  # queued copies long enough that a batch sent early would read zeros
+    loader = torch.utils.data.DataLoader(DW.StreamBatches(6, numel), batch_size=None, num_workers=2,
+                                         multiprocessing_context=method)
+    for batch in loader:
+        t = batch["data"]
+        assert atorch.is_shared(t)
+        want = batch["index"] % 250 + 1
+        assert int(t[-1]) == want and int(t[0]) == want
