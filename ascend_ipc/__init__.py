@@ -44,6 +44,20 @@ from ._C import (
 )
 from ._many import open_many
 
+
+def _register_one_receiver_pickling():
+    # multiprocessing's queues and pipes (and so DataLoader workers and torch.multiprocessing)
+    # pickle each copy for one receiver: there a hand-off's hold ends when it is opened.
+    from multiprocessing.reduction import ForkingPickler
+
+    from . import _C
+
+    ForkingPickler.register(IpcHandle, _C._reduce_for_one)
+
+
+_register_one_receiver_pickling()
+del _register_one_receiver_pickling
+
 __all__ = [
     "KEY_LEN",
     "PAGE_SIZE",

@@ -1,12 +1,16 @@
 """Put and drop: a pickled hand-off keeps its memory alive in the sender until it is opened.
 
 When the exporting process pickles an exporter-side IpcHandle (directly, or through
-ascend_ipc.torch's reduction), the pickle carries a hold: the address of this process's
-release socket and a fresh 128-bit token, and this process keeps the handle (and so the
-memory and its export) alive under that token. The receiver's open() — or the copy's
-close or collection without an open — sends the token back as one datagram, and the hold
-goes. A copy nobody opens is let go after ASCEND_IPC_SEND_TIMEOUT_S seconds (default 60),
-so what a sender holds is bounded by what is in flight.
+ascend_ipc.torch's reduction), this process keeps the handle (and so the memory and its
+export) alive for that copy under a fresh 128-bit token. Through multiprocessing's
+ForkingPickler (queues, pipes, DataLoader workers: one receiver per copy), the pickle
+carries the hold — the address of this process's release socket and the token — and the
+receiver's open(), or the copy's close or collection without an open, sends the token back
+as one datagram: the hold goes at once. Plain pickle may feed many receivers
+(torch.distributed's broadcast_object_list sends one pickle to every rank), so such a copy
+carries no release and is held until the deadline. Either way a copy is let go after
+ASCEND_IPC_SEND_TIMEOUT_S seconds (default 60), so what a sender holds is bounded by what
+is in flight.
 
 The release socket is an abstract Unix datagram socket served by one daemon thread, made
 on the first hold. Releases are accepted from processes of this user only (the kernel's
@@ -45,7 +49,7 @@ class _Holds:
     """This process's holds and its release socket (one per process, remade after fork)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.holds: Dict[bytes, Tuple[Any, float]] = {}
         self.sock: Optional[socket.socket] = None
         self.address: Optional[bytes] = None
@@ -65,7 +69,9 @@ class _Holds:
         token = os.urandom(_TOKEN_LEN)
         deadline = time.monotonic() + send_timeout_s()
         with self.lock:
-            if self.sock is None:
+            if self.sock is None or not self.thread.is_alive():
+                if self.sock is not None:  # the thread ended (it should not): start over
+                    self.sock.close()
                 self._start()
             self.holds[token] = (obj, deadline)
             address = self.address
@@ -76,6 +82,7 @@ class _Holds:
         """Makes the thread look at the deadlines again (a zero-length datagram)."""
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                s.settimeout(0.5)  # a full queue means the thread is busy reading: a short wait
                 s.sendto(b"", self.address)
         except OSError:
             pass
@@ -85,7 +92,8 @@ class _Holds:
             if not self.holds:
                 return None
             soonest = min(deadline for _, deadline in self.holds.values())
-        return max(0.0, soonest - time.monotonic())
+        # at least a millisecond: a zero timeout would make the socket non-blocking
+        return max(0.001, soonest - time.monotonic())
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -98,14 +106,14 @@ class _Holds:
         sock = self.sock
         uid = os.geteuid()
         while True:
-            sock.settimeout(self._next_timeout())
             try:
+                sock.settimeout(self._next_timeout())
                 data, anc, _flags, _addr = sock.recvmsg(64, socket.CMSG_SPACE(_CRED.size))
-            except socket.timeout:
+            except (socket.timeout, BlockingIOError, InterruptedError):
                 self._expire()
                 continue
             except OSError:
-                return
+                return  # the socket was closed (exit)
             sender_uid = None
             for level, kind, payload in anc:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= _CRED.size:
@@ -123,7 +131,7 @@ class _Holds:
     def after_fork_in_child(self) -> None:
         # The parent's holds, socket and thread are not this process's: forget them (the
         # memory they held is the parent's; dropping the objects here frees nothing of it).
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.holds = {}
         self.sock = self.address = self.thread = None
         self.pid = os.getpid()
@@ -132,13 +140,16 @@ class _Holds:
 _state = _Holds()
 os.register_at_fork(after_in_child=_state.after_fork_in_child)
 
-_client_lock = threading.Lock()
+_client_lock = threading.RLock()  # reentrant: a collection inside may release a copy
 _client: Optional[Tuple[int, socket.socket]] = None  # (the pid that made it, the socket)
 
 
-def hold(obj: Any) -> Tuple[bytes, bytes]:
-    """Keeps obj alive until the copy with the returned (address, token) is opened, or the deadline."""
-    return _state.hold(obj)
+def hold(obj: Any, one_receiver: bool = True) -> Optional[Tuple[bytes, bytes]]:
+    """Keeps obj alive for one pickled copy: until the deadline, and with one_receiver until
+    the copy with the returned (address, token) is opened (None when not one_receiver: the
+    copy carries no release)."""
+    address_token = _state.hold(obj)
+    return address_token if one_receiver else None
 
 
 def release(address: bytes, token: bytes) -> None:
@@ -153,6 +164,9 @@ def release(address: bytes, token: bytes) -> None:
         try:
             if _client is None or _client[0] != os.getpid():
                 _client = (os.getpid(), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+            # a sender's queue holds few datagrams: wait for its thread to read, but not for a
+            # stopped sender (that copy's hold then ends at its deadline)
+            _client[1].settimeout(1.0)
             _client[1].sendto(token, address)
         except OSError:
             pass
@@ -170,6 +184,15 @@ def _close_sockets() -> None:
     sock = _state.sock
     if sock is not None and _state.pid == os.getpid():
         sock.close()
+
+
+def release_all() -> None:
+    """Lets every hold of this process go now, as if every deadline had passed (for tests that
+    check what else is left, and for callers that know their receivers are done)."""
+    with _state.lock:
+        dropped = list(_state.holds.values())
+        _state.holds.clear()
+    del dropped
 
 
 def held() -> int:

@@ -624,6 +624,10 @@ PyMethodDef aipc_py_module_functions[] = {
      "IPC event recorded there, and open() waits for it before it imports.\n"
      "keepalive: an object the returned handle keeps alive until it is closed or\n"
      "collected (e.g. the owner of wrap()ped memory)."},
+    {"_reduce_for_one", aipc_py_handle_reduce_for_one, METH_O,
+     "_reduce_for_one($module, handle, /)\n--\n\n"
+     "IpcHandle pickling for a channel with one receiver per copy (multiprocessing's\n"
+     "ForkingPickler: queues and pipes): the sender's hold ends when that copy is opened."},
     {"_rebuild_handle", aipc_py_handle_rebuild, METH_VARARGS,
      "_rebuild_handle($module, args, hold, /)\n--\n\n"
      "Unpickling of an IpcHandle: IpcHandle(*args), carrying the sender's hold on the\n"

@@ -441,13 +441,16 @@ static PyObject *handle_allow(PyObject *op, PyObject *args, PyObject *kwargs) {
   Py_RETURN_NONE;
 }
 
-static PyObject *handle_reduce(PyObject *op, PyObject *unused) {
+/* Pickling. Each copy pickled by the exporter holds the memory in this
+ * process (put and drop): one_receiver (multiprocessing's ForkingPickler:
+ * queues, pipes) until that copy is opened, else (plain pickle, which
+ * collectives send to many processes) until the hold's deadline. A copy of a
+ * copy passes its hold on. */
+static PyObject *reduce_impl(PyObject *op, int one_receiver) {
   if (check_open(SELF) < 0) return NULL;
-  /* Each copy pickled by the exporter holds the memory until it is opened
-   * (put and drop); a copy of a copy passes its hold on. */
   PyObject *hold;
   if (is_exporter(SELF)) {
-    PyObject *args = PyTuple_Pack(1, op);
+    PyObject *args = Py_BuildValue("(OO)", op, one_receiver ? Py_True : Py_False);
     hold = args ? handoff_call("hold", args) : NULL;
     Py_XDECREF(args);
     if (hold == NULL) return NULL;
@@ -475,6 +478,17 @@ static PyObject *handle_reduce(PyObject *op, PyObject *unused) {
   Py_XDECREF(dtype_str);
   Py_DECREF(hold);
   return result;
+}
+
+static PyObject *handle_reduce(PyObject *op, PyObject *unused) { return reduce_impl(op, 0); }
+
+PyObject *aipc_py_handle_reduce_for_one(PyObject *module, PyObject *handle) {
+  aipc_py_state *st = aipc_py_state_of_module(module);
+  if (Py_TYPE(handle) != st->handle_type) {
+    PyErr_Format(PyExc_TypeError, "_reduce_for_one() needs an IpcHandle, not %.100s", Py_TYPE(handle)->tp_name);
+    return NULL;
+  }
+  return reduce_impl(handle, 1);
 }
 
 PyObject *aipc_py_handle_rebuild(PyObject *module, PyObject *args) {

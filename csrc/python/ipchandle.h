@@ -43,8 +43,10 @@ typedef struct aipc_py_handle {
 
 int aipc_py_handle_init_type(PyObject *module, aipc_py_state *st);
 
-/* _rebuild_handle(args, hold): unpickling (see handle_reduce). */
+/* _rebuild_handle(args, hold): unpickling (see reduce_impl). */
 PyObject *aipc_py_handle_rebuild(PyObject *module, PyObject *args);
+/* _reduce_for_one(handle): pickling for one receiver (multiprocessing's ForkingPickler). */
+PyObject *aipc_py_handle_reduce_for_one(PyObject *module, PyObject *handle);
 
 /*
  * A handle with every field set; takes new references to dtype, torch_dtype

@@ -9,6 +9,8 @@ Four ranks on this host (gloo backend, started by ``torch.multiprocessing.spawn`
 * then the CANN whitelist: ranks all-gather their ``bare_tgid()``, rank 0 exports a second
   tensor for every rank but the last; the listed ranks open it and read rank 0's values, the
   last rank is refused with ``AclError`` 207006 (ACL_ERROR_RT_NO_PERMISSION).
+* then put and drop: rank 0 broadcasts a handle and drops the tensor and the handle at once;
+  the other ranks open it afterwards (the pickled copies held the memory for them).
 
 The ranks run in a child process group that the test kills on timeout, so no process
 outlives the test. This file is also the script that child runs (see ``__main__`` below).
@@ -115,6 +117,26 @@ def _rank_main(rank: int, world: int, numel: int, result_path: str) -> None:
         if rank == 0:
             result["whitelist"] = outcomes
             handle2.close()
+
+        # --- 3. put and drop: rank 0 drops its tensor and handle right after the broadcast;
+        # the pickled copies keep the memory until each rank has opened its own
+        box = [None]
+        if rank == 0:
+            dropped = aipc_torch.empty((4096,), dtype=torch.float32)
+            dropped.fill_(5.0)
+            box = [aipc_torch.share(dropped)]
+        dist.broadcast_object_list(box, src=0)
+        if rank == 0:
+            del dropped, box
+            gc.collect()
+        dist.barrier()  # rank 0 holds neither tensor nor handle any more
+        opened = box[0].open_torch() if rank != 0 else None
+        total = float(opened.sum()) if opened is not None else None
+        del opened
+        sums = [None] * world
+        dist.all_gather_object(sums, total)
+        if rank == 0:
+            result["put_and_drop"] = sums
             with open(result_path, "w") as f:
                 json.dump(result, f)
         dist.barrier()
@@ -188,6 +210,7 @@ def test_handle_broadcast_with_torch_distributed(tmp_path):
         assert whitelist[rank] == {"refused": False, "read_ok": True}, (rank, whitelist)
     last = whitelist[WORLD_SIZE - 1]
     assert last["refused"] and last["code"] == NO_PERMISSION, last
+    assert result["put_and_drop"] == [None] + [5.0 * 4096] * (WORLD_SIZE - 1)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ receiver's open, its close, or ASCEND_IPC_SEND_TIMEOUT_S."""
 
 import gc
 import multiprocessing as mp
+from multiprocessing.reduction import ForkingPickler
 import os
 import pickle
 import signal
@@ -135,6 +136,22 @@ def test_a_thousand_hand_offs_dropped_at_once():
     assert _settle(lambda: _live() == live0, 30)
 
 
+def test_plain_pickle_copies_are_held_until_the_deadline(monkeypatch):
+    # One plain pickle may reach many receivers (torch.distributed's broadcast_object_list):
+    # the first open must not end the hold of the others, so only the deadline does.
+    monkeypatch.setenv("ASCEND_IPC_SEND_TIMEOUT_S", "1")
+    blob = pickle.dumps(aipc.export(aipc.from_numpy(np.full(4, 3.0))))
+    gc.collect()
+    first, second = pickle.loads(blob), pickle.loads(blob)
+    with first.open() as b:
+        assert b.numpy().sum() == 12
+    time.sleep(0.2)
+    assert _handoff.held() == 1  # still held for the second receiver
+    with second.open() as b:
+        assert b.numpy().sum() == 12
+    assert _settle(lambda: _handoff.held() == 0, 10)
+
+
 def test_an_unopened_copy_is_let_go_at_the_deadline(monkeypatch):
     monkeypatch.setenv("ASCEND_IPC_SEND_TIMEOUT_S", "1")
     live0 = _live()
@@ -149,9 +166,10 @@ def test_an_unopened_copy_is_let_go_at_the_deadline(monkeypatch):
 
 
 def test_closing_or_dropping_a_copy_unopened_releases_it():
+    # ForkingPickler: multiprocessing's pickler for queues and pipes, one receiver per copy
     a = aipc.from_numpy(np.ones(16))
     h = aipc.export(a)
-    copies = [pickle.loads(pickle.dumps(h)) for _ in range(3)]
+    copies = [pickle.loads(ForkingPickler.dumps(h)) for _ in range(3)]
     assert _handoff.held() == 3
     copies[0].close()
     assert _settle(lambda: _handoff.held() == 2)
@@ -196,7 +214,7 @@ def _forge_release(address, token, as_uid, done):
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to send as another user (uid 65534)")
 def test_releases_from_another_user_are_ignored():
     h = aipc.export(aipc.from_numpy(np.ones(16)))
-    copy = pickle.loads(pickle.dumps(h))  # alive: dropping it would release its hold
+    copy = pickle.loads(ForkingPickler.dumps(h))  # alive: dropping it would release its hold
     address, token = copy.__reduce__()[1][1]
     held = _handoff.held()
     assert held >= 1
