@@ -398,17 +398,23 @@ TEST(ipc_event_orders_two_processes_both_ways) {
   CHECK_OK(aclFinalize());
 }
 
-/* Records on a stream with a long memset queued, and dies before it runs. */
+/* Queues on s a wait that nothing will release: work queued behind it never
+ * runs, however the threads are scheduled (valgrind runs one at a time). */
+static void hold_back(aclrtStream s) {
+  aclrtNotify gate;
+  CHECK_OK(aclrtCreateNotify(&gate, ACL_NOTIFY_DEFAULT));
+  CHECK_OK(aclrtWaitAndResetNotify(gate, s, 0));
+}
+
+/* Records behind work that never runs, and dies before the record does. */
 static int dying_recorder(chan *c, void *arg) {
   (void)arg;
   aclrtIpcEventHandle h;
   from_parent(c, &h, sizeof h);
   aclrtEvent e;
   CHECK_OK(aclrtIpcOpenEventHandle(h, &e));
-  size_t n = big();
-  void *a = dmalloc(n);
   aclrtStream s = stream_new();
-  for (int i = 0; i < 16; i++) CHECK_OK(aclrtMemsetAsync(a, n, i, n, s));
+  hold_back(s);
   CHECK_OK(aclrtRecordEvent(e, s));
   send_int(c->up[1], 1);
   _exit(0); /* no finalize: the record never runs */
@@ -536,10 +542,8 @@ static int stopped_recorder(chan *c, void *arg) {
   from_parent(c, &h, sizeof h);
   aclrtEvent e;
   CHECK_OK(aclrtIpcOpenEventHandle(h, &e));
-  size_t n = big();
-  void *a = dmalloc(n);
   aclrtStream s = stream_new();
-  for (int i = 0; i < 64; i++) CHECK_OK(aclrtMemsetAsync(a, n, i, n, s));
+  hold_back(s);
   CHECK_OK(aclrtRecordEvent(e, s));
   send_int(c->up[1], 1);
   pause();
