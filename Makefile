@@ -69,7 +69,7 @@ $(INTERNAL_LIB): $(LIB_OBJS)
 # White-box tests link the static library, the rest the shared one.
 PROGRAMS = $(CTESTS) $(CBENCHES) $(EXAMPLES)
 $(CTESTS): $(BUILD)/tests/%: tests/c/%.c tests/c/harness.c $(wildcard tests/c/*.h)
-$(CBENCHES): $(BUILD)/bench/%: benchmarks/c/%.c
+$(CBENCHES): $(BUILD)/bench/%: benchmarks/c/%.c benchmarks/c/bench_util.h
 $(EXAMPLES): $(BUILD)/examples/%: examples/c/%.c
 $(PROGRAMS): $(LIB) $(INTERNAL_LIB)
 	@mkdir -p $(dir $@)
