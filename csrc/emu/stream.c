@@ -31,6 +31,7 @@ typedef struct stream {
   aipc__task *head, *tail;
   size_t pending; /* queued plus running */
   bool stop;
+  bool started; /* the worker has run: see stream_new */
   atomic_bool cancel; /* DestroyStreamForce / ResetDeviceForce: a blocked wait gives up */
   aclError err;       /* first asynchronous error since the last synchronize */
   char msg[512];
@@ -75,6 +76,8 @@ static void put(stream *s) {
 static void *worker(void *arg) {
   stream *s = arg;
   pthread_mutex_lock(&s->mu);
+  s->started = true;
+  pthread_cond_broadcast(&s->idle);
   for (;;) {
     while (!s->head && !s->stop) pthread_cond_wait(&s->work, &s->mu);
     aipc__task *t = s->head;
@@ -111,6 +114,12 @@ static aclError stream_new(const char *call, stream **out) {
     put(s);
     return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: cannot start the stream's worker thread: %s", call, strerror(e));
   }
+  /* The worker is asleep before the stream is handed out: a fork right after
+   * (multiprocessing's default on Linux) copies no lock a starting thread
+   * holds, such as a sanitizer allocator's. */
+  pthread_mutex_lock(&s->mu);
+  while (!s->started) pthread_cond_wait(&s->idle, &s->mu);
+  pthread_mutex_unlock(&s->mu);
   *out = s;
   return ACL_SUCCESS;
 }
