@@ -122,7 +122,47 @@ typedef const char *aipc_cstr;
     (devPtr, key, flags), "CANN 8.2.RC1", OPTIONAL)                                                            \
   X(aclError, aclrtIpcMemSetAttr, ipc_set_attr, (const char *key, aclrtIpcMemAttrType type, uint64_t attr),    \
     (key, type, attr), "CANN 8.5.0", OPTIONAL)                                                                 \
-  X(aclError, aclrtIpcMemClose, ipc_close, (const char *key), (key), "CANN 8.2.RC1", OPTIONAL)
+  X(aclError, aclrtIpcMemClose, ipc_close, (const char *key), (key), "CANN 8.2.RC1", OPTIONAL)                 \
+  X(aclError, aclrtMemGetAllocationGranularity, mem_get_allocation_granularity,                                 \
+    (aclrtPhysicalMemProp * prop, aclrtMemGranularityOptions option, size_t * granularity),                    \
+    (prop, option, granularity), NULL, OPTIONAL)                                                               \
+  X(aclError, aclrtMallocPhysical, malloc_physical,                                                            \
+    (aclrtDrvMemHandle * handle, size_t size, const aclrtPhysicalMemProp *prop, uint64_t flags),               \
+    (handle, size, prop, flags), NULL, OPTIONAL)                                                               \
+  X(aclError, aclrtFreePhysical, free_physical, (aclrtDrvMemHandle handle), (handle), NULL, OPTIONAL)          \
+  X(aclError, aclrtReserveMemAddress, reserve_mem_address,                                                     \
+    (void **virPtr, size_t size, size_t alignment, void *expectPtr, uint64_t flags),                           \
+    (virPtr, size, alignment, expectPtr, flags), NULL, OPTIONAL)                                               \
+  X(aclError, aclrtReleaseMemAddress, release_mem_address, (void *virPtr), (virPtr), NULL, OPTIONAL)           \
+  X(aclError, aclrtMapMem, map_mem,                                                                            \
+    (void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle, uint64_t flags),                      \
+    (virPtr, size, offset, handle, flags), NULL, OPTIONAL)                                                     \
+  X(aclError, aclrtMemMapNoAccess, mem_map_no_access,                                                          \
+    (void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle, uint64_t flags),                      \
+    (virPtr, size, offset, handle, flags), NULL, OPTIONAL)                                                     \
+  X(aclError, aclrtUnmapMem, unmap_mem, (void *virPtr), (virPtr), NULL, OPTIONAL)                              \
+  X(aclError, aclrtMemSetAccess, mem_set_access,                                                               \
+    (void *virPtr, size_t size, aclrtMemAccessDesc *desc, size_t count), (virPtr, size, desc, count), NULL,    \
+    OPTIONAL)                                                                                                  \
+  X(aclError, aclrtMemRetainAllocationHandle, mem_retain_allocation_handle,                                    \
+    (void *virPtr, aclrtDrvMemHandle *handle), (virPtr, handle), NULL, OPTIONAL)                               \
+  X(aclError, aclrtMemExportToShareableHandle, mem_export_to_shareable_handle,                                 \
+    (aclrtDrvMemHandle handle, aclrtMemHandleType handleType, uint64_t flags, uint64_t *shareableHandle),      \
+    (handle, handleType, flags, shareableHandle), NULL, OPTIONAL)                                              \
+  X(aclError, aclrtMemExportToShareableHandleV2, mem_export_to_shareable_handle_v2,                            \
+    (aclrtDrvMemHandle handle, uint64_t flags, aclrtMemSharedHandleType shareType, void *shareableHandle),     \
+    (handle, flags, shareType, shareableHandle), NULL, OPTIONAL)                                               \
+  X(aclError, aclrtMemSetPidToShareableHandle, mem_set_pid_to_shareable_handle,                                \
+    (uint64_t shareableHandle, int32_t *pid, size_t pidNum), (shareableHandle, pid, pidNum), NULL, OPTIONAL)   \
+  X(aclError, aclrtMemSetPidToShareableHandleV2, mem_set_pid_to_shareable_handle_v2,                           \
+    (void *shareableHandle, aclrtMemSharedHandleType shareType, int32_t *pid, size_t pidNum),                  \
+    (shareableHandle, shareType, pid, pidNum), NULL, OPTIONAL)                                                 \
+  X(aclError, aclrtMemImportFromShareableHandle, mem_import_from_shareable_handle,                             \
+    (uint64_t shareableHandle, int32_t deviceId, aclrtDrvMemHandle *handle), (shareableHandle, deviceId, handle), \
+    NULL, OPTIONAL)                                                                                            \
+  X(aclError, aclrtMemImportFromShareableHandleV2, mem_import_from_shareable_handle_v2,                        \
+    (void *shareableHandle, aclrtMemSharedHandleType shareType, uint64_t flags, aclrtDrvMemHandle *handle),    \
+    (shareableHandle, shareType, flags, handle), NULL, OPTIONAL)
 
 /* AIPC_CALL_<field>: each call's place in the list; AIPC_CALL_NAME(field) its
  * CANN name (core/calls.c), for messages that name the call they report on. */

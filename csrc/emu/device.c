@@ -137,6 +137,7 @@ aclError aipc__emu_finalize(void) {
   aipc__stream_finalize();
   aipc__event_finalize();
   aipc__notify_finalize();
+  aipc__vmm_finalize();
   aipc__ipc_finalize();
   aipc__mem_finalize();
   aipc__device_finalize();

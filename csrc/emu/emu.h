@@ -47,6 +47,7 @@ typedef enum aipc__mem_kind {
   AIPC_MEM_IMPORT = 3, /* an imported mapping, owned by the IPC layer */
   AIPC_MEM_SYNC = 4,   /* an event's or notify's state page: a sealed memfd of its own, not memory to any call */
   AIPC_MEM_SYNC_IMPORT = 5, /* another process's SYNC page, mapped by the IPC layer */
+  AIPC_MEM_MAPPED = 6, /* a physical allocation mapped in a reservation (aclrtMapMem), owned by vmm.c */
 } aipc__mem_kind;
 
 typedef struct aipc__block {
@@ -57,7 +58,8 @@ typedef struct aipc__block {
   int fd;                /* DEVICE, SYNC: its memfd (base is offset 0); -1 for the others */
   uint32_t pins;         /* DEVICE, SYNC: IPC exports not yet finished with it */
   bool user_freed;       /* DEVICE, SYNC: freed by its owner while pinned */
-  void *ipc;             /* IMPORT, SYNC_IMPORT: the IPC layer's import record */
+  bool no_access;        /* MAPPED: aclrtMemMapNoAccess, no aclrtMemSetAccess yet: no call may touch it */
+  void *ipc;             /* IMPORT, SYNC_IMPORT: the IPC layer's import record; MAPPED: vmm.c's mapping */
   void *impl_;           /* memory.c's bookkeeping */
 } aipc__block;
 
@@ -70,8 +72,10 @@ void aipc__mem_unlock(void);
 aipc__block *aipc__mem_find(const void *p);
 
 
-/* Registers an IPC mapping [base, base+size) of the exporter's device, of
- * kind IMPORT or SYNC_IMPORT. Write lock held. Returns NULL when memory ran out. */
+/* Registers a mapping [base, base+size) that another part owns: kind IMPORT
+ * or SYNC_IMPORT (the IPC layer; device: the exporter's), or MAPPED
+ * (vmm.c). Write lock held. Returns NULL when it overlaps a known block or
+ * memory ran out. */
 aipc__block *aipc__mem_add_import(void *base, size_t size, int32_t device, aipc__mem_kind kind, void *ipc);
 
 /* A zeroed state page (AIPC_PAGE_SIZE bytes, kind SYNC) for an event or
@@ -79,7 +83,17 @@ aipc__block *aipc__mem_add_import(void *base, size_t size, int32_t device, aipc_
 aclError aipc__mem_sync_alloc(const char *call, int32_t device, void **base);
 /* Releases it (at the last unpin if exported). Lock not held. */
 void aipc__mem_sync_free(void *base);
-/* Forgets an import block (the caller unmaps). Write lock held. */
+/* Registers vmm.c's reservation [base, base+size), so that copies into its
+ * unmapped parts are refused (false: out of memory), or forgets it. Write lock held. */
+bool aipc__mem_add_reserved(uintptr_t base, size_t size);
+void aipc__mem_remove_reserved(uintptr_t base);
+/* Whether any known block overlaps [base, base+size). Lock held. */
+bool aipc__mem_overlaps(uintptr_t base, size_t size);
+/* Counts len bytes of physical memory against device's capacity (false,
+ * nothing counted, when they do not fit), or gives them back. Lock not held. */
+bool aipc__mem_charge(int32_t device, uint64_t len);
+void aipc__mem_uncharge(int32_t device, uint64_t len);
+/* Forgets an import or MAPPED block (the caller unmaps). Write lock held. */
 void aipc__mem_remove_import(aipc__block *b);
 
 /* An export keeps its DEVICE block alive: aclrtFree of a pinned block only
@@ -115,6 +129,16 @@ struct aipc__task {
 aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t);
 /* The device stream h was created on (NULL: the calling thread's current device). */
 aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device);
+
+/* ---- vmm.c: reservations, physical allocations, their mappings ----------- */
+
+/* aclFinalize (after the streams, before the IPC layer): unmaps, releases
+ * and frees everything. Fork (lock order: vmm -> IPC layer -> memory): the
+ * child forgets it all, its mappings staying mapped, untracked. */
+void aipc__vmm_finalize(void);
+void aipc__vmm_atfork_prepare(void);
+void aipc__vmm_atfork_parent(void);
+void aipc__vmm_atfork_child(void);
 
 /* ---- fork --------------------------------------------------------------- */
 

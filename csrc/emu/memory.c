@@ -47,6 +47,13 @@ typedef struct arena {
  * of them must not starve aclrtFree or an import. Not recursive. */
 static pthread_rwlock_t g_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 static aipc__omap g_map = AIPC__OMAP_INIT;
+/* vmm.c's reservations, by base, so that a copy into one's unmapped part is
+ * refused rather than faulting (size in a node of its own). */
+typedef struct reserved {
+  aipc__onode node;
+  size_t size;
+} reserved;
+static aipc__omap g_reserved = AIPC__OMAP_INIT;
 static arena g_arenas[AIPC_MAX_DEVICES];
 static uint64_t g_used[AIPC_MAX_DEVICES];
 
@@ -250,6 +257,10 @@ static const char sync_text[] =
     "the runtime's state page of an event or notify, not memory (events and notifies are released with "
     "aclrtDestroyEvent / aclrtDestroyNotify)";
 
+static const char mapped_text[] =
+    "virtual memory mapped with aclrtMapMem; release it with aclrtUnmapMem, aclrtFreePhysical and "
+    "aclrtReleaseMemAddress";
+
 /* Why p is not something aclrtFree/aclrtFreeHost accepts. Lock held. */
 static aclError explain_unknown(const char *call, const void *p) {
   int32_t d = arena_of(p);
@@ -275,6 +286,8 @@ aclError aipc__emu_free(void *devPtr) {
                     "aclrtFree: %p is IPC-imported memory; imported memory is released with aclrtIpcMemClose", devPtr);
   } else if (b->kind == AIPC_MEM_SYNC || b->kind == AIPC_MEM_SYNC_IMPORT) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p is %s", devPtr, sync_text);
+  } else if (b->kind == AIPC_MEM_MAPPED) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p is %s", devPtr, mapped_text);
   } else if (b->user_freed) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p was already freed (double free)", devPtr);
   } else if (b->base != (uintptr_t)devPtr) {
@@ -363,6 +376,52 @@ aipc__block *aipc__mem_add_import(void *base, size_t size, int32_t device, aipc_
   return &mb->pub;
 }
 
+bool aipc__mem_overlaps(uintptr_t base, size_t size) {
+  aipc__onode *n = aipc__omap_floor(&g_map, base + size - 1);
+  if (!n) return false;
+  mblock *o = mb_of_node(n);
+  return o->pub.base + o->pub.size > base;
+}
+
+bool aipc__mem_add_reserved(uintptr_t base, size_t size) {
+  reserved *r = calloc(1, sizeof *r);
+  if (!r) return false;
+  r->node.key = base;
+  r->size = size;
+  if (aipc__omap_insert(&g_reserved, &r->node) == 0) return true;
+  free(r);
+  return false;
+}
+
+void aipc__mem_remove_reserved(uintptr_t base) {
+  aipc__onode *n = aipc__omap_get(&g_reserved, base);
+  if (!n) return;
+  aipc__omap_remove(&g_reserved, n);
+  free((reserved *)((char *)n - offsetof(reserved, node)));
+}
+
+/* The reservation holding a, or NULL. Lock held. */
+static const reserved *reserved_at(uintptr_t a) {
+  aipc__onode *n = aipc__omap_floor(&g_reserved, a);
+  const reserved *r = n ? (const reserved *)((const char *)n - offsetof(reserved, node)) : NULL;
+  return r && a - r->node.key < r->size ? r : NULL;
+}
+
+bool aipc__mem_charge(int32_t device, uint64_t len) {
+  uint64_t cap = aipc__config_get()->memory;
+  aipc__mem_wrlock();
+  bool ok = device >= 0 && device < AIPC_MAX_DEVICES && len <= cap - g_used[device];
+  if (ok) g_used[device] += len;
+  aipc__mem_unlock();
+  return ok;
+}
+
+void aipc__mem_uncharge(int32_t device, uint64_t len) {
+  aipc__mem_wrlock();
+  if (device >= 0 && device < AIPC_MAX_DEVICES) g_used[device] -= len < g_used[device] ? len : g_used[device];
+  aipc__mem_unlock();
+}
+
 void aipc__mem_remove_import(aipc__block *b) {
   if (!b) return;
   mblock *mb = mb_of(b);
@@ -404,6 +463,8 @@ aclError aipc__emu_free_host(void *hostPtr) {
     rc = explain_unknown("aclrtFreeHost", hostPtr);
   } else if (b->kind == AIPC_MEM_SYNC || b->kind == AIPC_MEM_SYNC_IMPORT) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: %p is %s", hostPtr, sync_text);
+  } else if (b->kind == AIPC_MEM_MAPPED) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: %p is %s", hostPtr, mapped_text);
   } else if (b->kind != AIPC_MEM_HOST) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: %p is %s memory; release it with %s", hostPtr,
                     b->kind == AIPC_MEM_DEVICE ? "device" : "IPC-imported",
@@ -454,22 +515,50 @@ static aclError classify(const char *call, const char *role, const void *p, size
     if (d >= 0)
       return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s %p lies in device %d memory that is not allocated (freed?)", call,
                         role, p, (int)d);
+    const reserved *r = reserved_at(a);
+    if (r)
+      return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                        "%s: %s %p lies in the reservation at %p where nothing is mapped (aclrtMapMem)", call, role, p,
+                        (void *)r->node.key);
     aipc__onode *n = aipc__omap_next(&g_map, a);
     if (n && n->key < a + count)
       return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s range [%p, +%zu) runs into the allocation at %p", call, role, p,
                         count, (void *)n->key);
+    n = aipc__omap_next(&g_reserved, a);
+    if (n && n->key < a + count)
+      return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s range [%p, +%zu) runs into the reservation at %p", call, role,
+                        p, count, (void *)n->key);
     *o = (operand){false, false, -1};
     return ACL_SUCCESS;
   }
   if (b->kind == AIPC_MEM_SYNC || b->kind == AIPC_MEM_SYNC_IMPORT)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s %p is %s", call, role, p, sync_text);
+  if (b->kind == AIPC_MEM_MAPPED && b->no_access)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                      "%s: %s %p lies in a mapping made with aclrtMemMapNoAccess that has no access yet: call "
+                      "aclrtMemSetAccess first",
+                      call, role, p);
   if (b->kind == AIPC_MEM_DEVICE && b->user_freed)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s %p belongs to an allocation already released with aclrtFree", call,
                       role, p);
-  if (count > b->base + b->size - a)
+  /* Mappings side by side in a reservation are one range of device memory
+   * (how an expandable segment grows): a copy may run across them. */
+  const aipc__block *last = b;
+  while (last->kind == AIPC_MEM_MAPPED && count > last->base + last->size - a) {
+    aipc__block *next = aipc__mem_find((void *)(last->base + last->size));
+    if (!next || next->kind != AIPC_MEM_MAPPED || next->device != b->device) break;
+    if (next->no_access)
+      return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                        "%s: %s range [%p, +%zu) runs into a mapping made with aclrtMemMapNoAccess that has no access "
+                        "yet: call aclrtMemSetAccess first",
+                        call, role, p, count);
+    last = next;
+  }
+  if (count > last->base + last->size - a)
     return aipc__fail(ACL_ERROR_INVALID_PARAM,
                       "%s: %s range [%p, +%zu) overruns its allocation [%p, +%zu) by %zu bytes", call, role, p, count,
-                      (void *)b->base, b->size, (size_t)(a + count - (b->base + b->size)));
+                      (void *)b->base, (size_t)(last->base + last->size - b->base),
+                      (size_t)(a + count - (last->base + last->size)));
   if (b->kind == AIPC_MEM_HOST)
     *o = (operand){false, false, -1};
   else
@@ -594,6 +683,11 @@ aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t c
 
 /* ---- teardown and fork -------------------------------------------------- */
 
+static void drop_reserved(aipc__onode *n, void *unused) {
+  (void)unused;
+  free((reserved *)((char *)n - offsetof(reserved, node)));
+}
+
 static void drop_block(aipc__onode *n, void *unmap_host) {
   mblock *mb = mb_of_node(n);
   if ((mb->pub.kind == AIPC_MEM_HOST || mb->pub.kind == AIPC_MEM_SYNC) && unmap_host)
@@ -608,6 +702,7 @@ void aipc__mem_finalize(void) {
    * imports belong to the IPC layer, which has released them by now (any
    * left are only forgotten). */
   aipc__omap_drain(&g_map, drop_block, (void *)1);
+  aipc__omap_drain(&g_reserved, drop_reserved, NULL); /* vmm.c released them already */
   for (int d = 0; d < AIPC_MAX_DEVICES; d++) {
     arena_close(&g_arenas[d], true);
     g_used[d] = 0;
@@ -630,6 +725,7 @@ void aipc__mem_atfork_child(void) {
   /* The parent's blocks stay mapped here but are no longer ours to manage;
    * their memfds are closed, so nothing here can share them on. */
   aipc__omap_drain(&g_map, drop_block, NULL);
+  aipc__omap_drain(&g_reserved, drop_reserved, NULL);
   for (int d = 0; d < AIPC_MAX_DEVICES; d++) {
     arena_close(&g_arenas[d], false);
     g_used[d] = 0;

@@ -7,6 +7,7 @@
 static void atfork_prepare(void) {
   aipc__event_atfork_prepare();
   aipc__notify_atfork_prepare();
+  aipc__vmm_atfork_prepare();
   aipc__ipc_atfork_prepare();
   aipc__mem_atfork_prepare();
 }
@@ -14,6 +15,7 @@ static void atfork_prepare(void) {
 static void atfork_parent(void) {
   aipc__mem_atfork_parent();
   aipc__ipc_atfork_parent();
+  aipc__vmm_atfork_parent();
   aipc__notify_atfork_parent();
   aipc__event_atfork_parent();
 }
@@ -22,6 +24,7 @@ static void atfork_child(void) {
   aipc__mem_atfork_child();
   aipc__stream_atfork_child();
   aipc__ipc_atfork_child();
+  aipc__vmm_atfork_child();
   aipc__event_atfork_child();
   aipc__notify_atfork_child();
 }

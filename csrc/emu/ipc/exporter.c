@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdarg.h>
@@ -60,7 +61,8 @@ struct aipc__export {
   size_t size;
   int32_t device;
   uint64_t offset;    /* of ptr in its allocation (and memfd) */
-  aipc__block *block; /* pinned while this record lives */
+  aipc__block *block; /* pinned while this record lives; NULL for PHYSICAL */
+  int fd;             /* PHYSICAL: the allocation's memfd, this record's own; -1 else */
   uint64_t flags;     /* ACL_RT_IPC_MEM_EXPORT_FLAG_* */
   uint32_t attr;      /* ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_* */
   bool imported;      /* any import ever happened: attributes are frozen */
@@ -113,6 +115,7 @@ static struct exporter_state {
   bool stop;
   pthread_t thread;
   int listen_fd, poller_fd, wake_fd;
+  int door_fd; /* the pid-only name shareable handles are imported through, once one is issued */
   bool listen_paused;
   aipc__hmap exports; /* {id, 0} -> aipc__export */
   aipc__hmap refs;    /* {export id, conn serial} -> aipc__ref */
@@ -122,11 +125,12 @@ static struct exporter_state {
 } g = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .listen_fd = -1,
+    .door_fd = -1,
     .poller_fd = -1,
     .wake_fd = -1,
 };
 
-static char listen_tag, wake_tag; /* epoll data of the two non-connection fds */
+static char listen_tag, door_tag, wake_tag; /* epoll data of the non-connection fds */
 static const uint8_t dummy_secret[AIPC_SECRET_LEN];
 
 #define LISTEN_BACKLOG 4096
@@ -163,6 +167,7 @@ static aipc__export *export_lookup(const aipc__key *k) {
 }
 
 static void export_free(aipc__export *e) {
+  if (e->fd >= 0) close(e->fd);
   aipc__hmap_clear(&e->whitelist);
   free(e->remote);
   memset(e->secret, 0, sizeof e->secret);
@@ -181,9 +186,11 @@ static void export_maybe_finish(aipc__export *e) {
   if (!e->closed || e->refs_total != 0) return;
   closing_unlink(e);
   aipc__hmap_remove(&g.exports, ekey(e->id));
-  aipc__mem_wrlock();
-  aipc__mem_unpin(e->block);
-  aipc__mem_unlock();
+  if (e->block) {
+    aipc__mem_wrlock();
+    aipc__mem_unpin(e->block);
+    aipc__mem_unlock();
+  }
   export_free(e);
 }
 
@@ -418,10 +425,9 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
                          "super-node fabric; the emulator has none",
                          q->sdid, aipc__config_get()->sdid);
   } else if ((wl = whitelisted(c, e, from->pid)) == WL_NOT_LISTED) {
-    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION, "process %d is not on the whitelist of this key: the exporter (process %d) must pass "
-                         "it to aclrtIpcMemSetImportPid, or export with "
-                         "ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION",
-                         (int)from->pid, (int)g.pid);
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
+                     "process %d is not on the whitelist of this key: the exporter (process %d) must %s", (int)from->pid,
+                     (int)g.pid, aipc__object_allow(e->kind));
   } else if (wl == WL_NEVER_RAN) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
                      "pid %d is on the whitelist of this key, but no process had that pid when the exporter (process %d) "
@@ -432,6 +438,12 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
                      "pid %d was whitelisted for this key, but the process that had it then is gone: the process "
                      "sending as pid %d now is another one, and is refused (the exporter is process %d)",
                      (int)from->pid, (int)from->pid, (int)g.pid);
+  } else if (e->kind == AIPC_OBJECT_PHYSICAL) {
+    /* The importer gets a descriptor of its own, its handle on the memory
+     * for as long as it keeps it: nothing to count or release here. */
+    e->imported = true;
+    fd = e->fd;
+    aipc__msg_grant(&a, q->req, e->device, e->attr, 0, e->size, AIPC_NO_SLOT, AIPC_REPLY_FD);
   } else {
     /* The block's memfd stays open while the export pins the block. */
     aipc__mem_rdlock();
@@ -477,7 +489,7 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
     conn_kill(c); /* drops the reference just counted too */
     return;
   }
-  if (a.status == ACL_SUCCESS) grants_add(c, q->req, q->export_id);
+  if (a.status == ACL_SUCCESS && e->kind != AIPC_OBJECT_PHYSICAL) grants_add(c, q->req, q->export_id);
 }
 
 /* The importer gave up on request q->req: the reference it may have been
@@ -665,14 +677,15 @@ static void refuse_at_accept(int fd, aclError status, const char *fmt, ...) {
   aipc__os_close_after_reply(fd);
 }
 
-static void accept_all(void) {
+static void accept_all(int listen_fd) {
   for (int i = 0; i < 64; i++) {
-    int fd = accept4(g.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         /* Out of descriptors: stop listening for a while instead of spinning. */
         aipc__os_poller_del(g.poller_fd, g.listen_fd);
+        if (g.door_fd >= 0) aipc__os_poller_del(g.poller_fd, g.door_fd);
         g.listen_paused = true;
       }
       return;
@@ -712,7 +725,9 @@ static void accept_all(void) {
 }
 
 static void resume_listen(void) {
-  if (aipc__os_poller_add(g.poller_fd, g.listen_fd, &listen_tag) == 0) g.listen_paused = false;
+  if (aipc__os_poller_add(g.poller_fd, g.listen_fd, &listen_tag) != 0) return;
+  if (g.door_fd >= 0 && aipc__os_poller_add(g.poller_fd, g.door_fd, &door_tag) != 0) return;
+  g.listen_paused = false;
 }
 
 static void *server_main(void *arg) {
@@ -737,7 +752,9 @@ static void *server_main(void *arg) {
     for (int i = 0; i < n; i++) {
       void *tag = tags[i];
       if (tag == &listen_tag) {
-        accept_all();
+        accept_all(g.listen_fd);
+      } else if (tag == &door_tag) {
+        accept_all(g.door_fd);
       } else if (tag == &wake_tag) {
         aipc__os_waker_drain(g.wake_fd);
       } else {
@@ -758,6 +775,8 @@ static void *server_main(void *arg) {
 
 static void close_fds(void) {
   if (g.listen_fd >= 0) close(g.listen_fd);
+  if (g.door_fd >= 0) close(g.door_fd);
+  g.door_fd = -1;
   if (g.poller_fd >= 0) close(g.poller_fd);
   if (g.wake_fd >= 0) close(g.wake_fd);
   g.listen_fd = g.poller_fd = g.wake_fd = -1;
@@ -769,7 +788,7 @@ static aclError server_start(const char *call) {
   if (aipc__self_get(&g.pid, &g.nonce) != 0)
     return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: getrandom failed: %s", call, strerror(errno));
   g.euid = geteuid();
-  g.listen_fd = g.poller_fd = g.wake_fd = -1;
+  g.listen_fd = g.poller_fd = g.wake_fd = g.door_fd = -1;
   struct sockaddr_un sa;
   unsigned salen = aipc__self_sockaddr(&sa, g.pid, g.nonce);
   const char *what = "socket";
@@ -835,7 +854,7 @@ static void free_exports(bool unpin) {
   for (size_t i = 0; aipc__hmap_next(&g.exports, &i, &k, &v);) {
     aipc__export *e = v;
     aipc__hmap_remove(&g.exports, k);
-    if (unpin) {
+    if (unpin && e->block) {
       aipc__mem_wrlock();
       aipc__mem_unpin(e->block);
       aipc__mem_unlock();
@@ -896,6 +915,9 @@ static const char *kind_name(aipc__mem_kind kind) {
     case AIPC_MEM_IMPORT: return "imported IPC memory (only the owner of memory can export it)";
     case AIPC_MEM_SYNC: return "the state of an event or notify";
     case AIPC_MEM_SYNC_IMPORT: return "the state of an imported event or notify";
+    case AIPC_MEM_MAPPED:
+      return "virtual memory mapped with aclrtMapMem (share its physical allocation with "
+             "aclrtMemExportToShareableHandle instead)";
     default: return "device memory";
   }
 }
@@ -937,6 +959,7 @@ aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *d
     rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, C ": getrandom failed: %s", call, strerror(errno));
   } else {
     e->id = ++g.next_export_id;
+    e->fd = -1;
     e->kind = kind;
     e->ptr = devPtr;
     e->size = size;
@@ -961,7 +984,98 @@ aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *d
 #undef C
 }
 
-bool aipc__exporter_owns(const aipc__key *k) { return aipc__self_is(k->pid, k->nonce); }
+/* Opens the door: a second listening socket named by the pid alone, which
+ * is all a 64-bit shareable handle can say. Anyone can take a name like
+ * that first; the importer therefore checks who serves it (SO_PEERCRED
+ * pid and uid), and the server treats both sockets alike. g.lock held,
+ * server running. */
+static aclError door_open(const char *call) {
+  if (g.door_fd >= 0) return ACL_SUCCESS;
+  struct sockaddr_un sa;
+  unsigned salen = aipc__self_sockaddr(&sa, g.pid, 0);
+  const char *what = "socket";
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) goto fail;
+  what = "bind";
+  if (bind(fd, (struct sockaddr *)&sa, salen) != 0) goto fail;
+  what = "setsockopt(SO_PASSCRED)";
+  if (aipc__os_pass_credentials(fd) != 0) goto fail;
+  what = "listen";
+  if (listen(fd, LISTEN_BACKLOG) != 0) goto fail;
+  what = "epoll_ctl";
+  if (aipc__os_poller_add(g.poller_fd, fd, &door_tag) != 0) goto fail;
+  g.door_fd = fd;
+  return ACL_SUCCESS;
+fail:;
+  int e = errno;
+  if (fd >= 0) close(fd);
+  if (e == EADDRINUSE)
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
+                      "%s: another process holds the socket name through which process %d must serve shareable "
+                      "handles (abstract \"ascend_ipc.%d.0000000000000000\"): cannot share physical memory",
+                      call, (int)g.pid, (int)g.pid);
+  return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot open the shareable-handle socket of process %d: %s: %s", call,
+                    (int)g.pid, what, strerror(e));
+}
+
+aclError aipc__exporter_export_physical(const char *call, int fd, uint64_t size, int32_t device, uint64_t flags,
+                                        uint64_t *handle) {
+  pthread_mutex_lock(&g.lock);
+  aclError rc = server_start(call);
+  aipc__export *e = NULL;
+  if (rc != ACL_SUCCESS) goto out;
+  if (g.pid > AIPC_SHAREABLE_PID_MAX) {
+    rc = aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "%s: process id %d does not fit a shareable handle", call,
+                    (int)g.pid);
+    goto out;
+  }
+  if ((rc = door_open(call)) != ACL_SUCCESS) goto out;
+  if (!(e = calloc(1, sizeof *e))) {
+    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+    goto out;
+  }
+  e->fd = -1;
+  /* A fresh random part, unlike any live export's id (counters stay far below 2^42). */
+  uint64_t id = 0;
+  for (int tries = 0; tries < 16 && id == 0; tries++) {
+    uint64_t r;
+    if (aipc__random(&r, sizeof r) != 0) break;
+    r &= AIPC_SHAREABLE_RANDOM_MASK;
+    uint64_t cand = (uint64_t)g.pid << AIPC_SHAREABLE_PID_SHIFT | r;
+    if (r != 0 && !aipc__hmap_get(&g.exports, ekey(cand))) id = cand;
+  }
+  if (id == 0) {
+    rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: getrandom failed: %s", call, strerror(errno));
+    goto out;
+  }
+  if ((e->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+    rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: cannot keep the allocation's descriptor: %s", call,
+                    strerror(errno));
+    goto out;
+  }
+  e->id = id;
+  e->kind = AIPC_OBJECT_PHYSICAL;
+  e->size = size;
+  e->device = device;
+  e->flags = flags;
+  e->attr = ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO;
+  if (aipc__hmap_put(&g.exports, ekey(e->id), e) != 0) {
+    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+    goto out;
+  }
+  *handle = id;
+  e = NULL;
+out:
+  if (e) export_free(e);
+  pthread_mutex_unlock(&g.lock);
+  return rc;
+}
+
+bool aipc__exporter_owns(const aipc__key *k) {
+  /* A shareable handle names its exporter by pid alone (nonce 0: the door). */
+  if (k->kind == AIPC_OBJECT_PHYSICAL && k->nonce == 0) return k->pid != 0 && k->pid == aipc__self_pid();
+  return aipc__self_is(k->pid, k->nonce);
+}
 
 /* g.lock held: the live export of this process that k names, or a recorded error. */
 static aclError own_export(const char *call, const aipc__key *k, aipc__export **out) {

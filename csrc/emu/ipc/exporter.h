@@ -27,6 +27,13 @@
  * (aipc__mem_sync_alloc). flags: ACL_RT_IPC_MEM_EXPORT_FLAG_*. */
 aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *devPtr, size_t size, uint64_t flags,
                                char key[AIPC_KEY_CHARS + 1]);
+/* aclrtMemExportToShareableHandle after its checks: exports the physical
+ * allocation behind fd (size bytes from offset 0, of device), which the
+ * export keeps a descriptor of its own for until it is closed, and writes
+ * the 64-bit shareable handle (key.h). Importers get a descriptor of their
+ * own and owe nothing back. flags: ACL_RT_VMM_EXPORT_FLAG_*. */
+aclError aipc__exporter_export_physical(const char *call, int fd, uint64_t size, int32_t device, uint64_t flags,
+                                        uint64_t *handle);
 /* Whether k names an export of this process (its pid and nonce; the secret
  * is checked by the calls below). */
 bool aipc__exporter_owns(const aipc__key *k);

@@ -331,6 +331,15 @@ static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, int co
                       "%s: the socket of exporter process %u is served by another process (%d): key refused", call, pid,
                       (int)peer);
   }
+  /* A door (nonce 0) has a guessable name: whoever serves it must be of
+   * this user, or it could hand us memory of its choosing. */
+  if (peer_uid != geteuid()) {
+    close(fd);
+    return aipc__fail(ACL_ERROR_RT_NO_PERMISSION,
+                      "%s: exporter process %u runs as uid %u and this process as uid %u: IPC is shared only between "
+                      "processes of the same user",
+                      call, pid, (unsigned)peer_uid, (unsigned)geteuid());
+  }
   set_timeouts(fd, slice_ms(timeout_ms));
   *out = fd;
   return ACL_SUCCESS;
@@ -686,11 +695,13 @@ static aclError import_remote(const char *call, aipc__cconn *c, const aipc__key 
   int memfd = r.memfd;
   struct stat st;
   int seals = fcntl(memfd, F_GET_SEALS);
+  bool physical = k->kind == AIPC_OBJECT_PHYSICAL; /* a descriptor to keep, no reference to give back */
   if (fstat(memfd, &st) != 0 || seals < 0 || !(seals & F_SEAL_SHRINK) ||
       a->offset + a->size > (uint64_t)st.st_size || a->offset % AIPC_PAGE_SIZE != 0 ||
-      (k->kind != AIPC_OBJECT_MEMORY && a->size != AIPC_PAGE_SIZE)) {
+      (k->kind != AIPC_OBJECT_MEMORY && !physical && a->size != AIPC_PAGE_SIZE) ||
+      (physical && (a->offset != 0 || a->size != (uint64_t)st.st_size || a->slot != AIPC_NO_SLOT))) {
     close(memfd);
-    release_refs(c, k->export_id, a->slot, 1);
+    if (!physical) release_refs(c, k->export_id, a->slot, 1);
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
                       "%s: exporter process %u granted memory that is not a sealed allocation holding the range " "(refused)", call,
                       k->pid);
@@ -779,6 +790,28 @@ aclError aipc__importer_import(const char *call, const aipc__key *k, uint64_t fl
   if (rc == ACL_SUCCESS) rc = import_register(call, c, k, &gr, devPtr);
   pthread_mutex_unlock(&c->mu);
 
+  pthread_mutex_lock(&g.lock);
+  conn_put(c);
+  pthread_mutex_unlock(&g.lock);
+  return rc;
+}
+
+aclError aipc__importer_fetch(const char *call, const aipc__key *k, int *memfd, uint64_t *size, int32_t *device) {
+  pthread_mutex_lock(&g.lock);
+  aipc__cconn *c = conn_get(k->pid, k->nonce);
+  pthread_mutex_unlock(&g.lock);
+  if (!c) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+
+  uint64_t deadline = now_ms() + (uint64_t)aipc__config_get()->timeout_ms;
+  pthread_mutex_lock(&c->mu);
+  granted gr;
+  aclError rc = import_remote(call, c, k, 0, deadline, &gr);
+  pthread_mutex_unlock(&c->mu);
+  if (rc == ACL_SUCCESS) {
+    *memfd = gr.memfd;
+    *size = gr.size;
+    *device = gr.device;
+  }
   pthread_mutex_lock(&g.lock);
   conn_put(c);
   pthread_mutex_unlock(&g.lock);

@@ -20,6 +20,11 @@
 /* aclrtIpcMemImportByKey of another process's key: asks the exporter, maps
  * what it grants, and writes the address. */
 aclError aipc__importer_import(const char *call, const aipc__key *k, uint64_t flags, void **devPtr);
+/* aclrtMemImportFromShareableHandle of another process's handle (kind
+ * PHYSICAL): asks the exporter and writes the allocation's memfd, which is
+ * the caller's from then on (nothing is mapped or recorded here), its size
+ * and the exporter's device. */
+aclError aipc__importer_fetch(const char *call, const aipc__key *k, int *memfd, uint64_t *size, int32_t *device);
 /* aclrtIpcMemClose of an import: drops one reference; the last unmaps it and
  * gives the exporter its references back. *found is false (and nothing is
  * recorded) when k is no import of this process. */

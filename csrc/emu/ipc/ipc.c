@@ -188,6 +188,46 @@ void aipc__ipc_release(const char *call, const char *key) {
   memset(k.secret, 0, sizeof k.secret);
 }
 
+/* ---- physical memory (ipc.h) ----------------------------------------------------- */
+
+aclError aipc__ipc_share_physical(const char *call, int fd, uint64_t size, int32_t device, bool check_pids,
+                                  uint64_t *handle) {
+  return aipc__exporter_export_physical(call, fd, size, device,
+                                        check_pids ? ACL_RT_VMM_EXPORT_FLAG_DEFAULT
+                                                   : ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION,
+                                        handle);
+}
+
+static aclError physical_key(const char *call, uint64_t handle, aipc__key *k) {
+  aclError rc = aipc__shareable_parse(call, handle, k);
+  k->sdid = aipc__config_get()->sdid;
+  return rc;
+}
+
+aclError aipc__ipc_share_physical_allow(const char *call, uint64_t handle, const int32_t *pids, size_t num) {
+  aipc__key k;
+  aclError rc = physical_key(call, handle, &k);
+  return rc ? rc : aipc__exporter_allow(call, &k, pids, num);
+}
+
+aclError aipc__ipc_open_physical(const char *call, uint64_t handle, int *fd, uint64_t *size, int32_t *device) {
+  aipc__key k;
+  aclError rc = physical_key(call, handle, &k);
+  if (rc != ACL_SUCCESS) return rc;
+  if (aipc__exporter_owns(&k))
+    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                      "%s: the handle was exported by this process; CANN imports shareable handles in other processes "
+                      "only (use the aclrtDrvMemHandle you exported)",
+                      call);
+  return aipc__importer_fetch(call, &k, fd, size, device);
+}
+
+void aipc__ipc_release_physical(const char *call, uint64_t handle) {
+  aipc__key k;
+  bool found;
+  if (physical_key(call, handle, &k) == ACL_SUCCESS) aipc__exporter_close(call, &k, true, &found);
+}
+
 /* ---- fork, finalize --------------------------------------------------------------- */
 
 /* Outermost first: the exporter and the importer take the identity and the

@@ -28,4 +28,19 @@ aclError aipc__ipc_open(const char *call, aipc__object_kind kind, const char *ke
  * unmapped, a share ends (the page lives on for those who opened it). */
 void aipc__ipc_release(const char *call, const char *key);
 
+/*
+ * Physical memory (vmm.c): shares the allocation behind fd (a sealed memfd
+ * of size bytes on device) under a 64-bit shareable handle; check_pids as
+ * above. The export keeps a descriptor of its own until released.
+ */
+aclError aipc__ipc_share_physical(const char *call, int fd, uint64_t size, int32_t device, bool check_pids,
+                                  uint64_t *handle);
+/* Whitelists pids for a shareable handle of this process. */
+aclError aipc__ipc_share_physical_allow(const char *call, uint64_t handle, const int32_t *pids, size_t num);
+/* Another process's shareable handle: its allocation's memfd (the caller's
+ * to close), size and device. */
+aclError aipc__ipc_open_physical(const char *call, uint64_t handle, int *fd, uint64_t *size, int32_t *device);
+/* Ends a share of this process: no new imports; importers keep theirs. */
+void aipc__ipc_release_physical(const char *call, uint64_t handle);
+
 #endif

@@ -29,9 +29,9 @@ static const int8_t b64_table[256] = {
 static int b64_value(unsigned char c) { return b64_table[c]; }
 
 static const struct {
-  const char *prefix, *what, *issuer;
+  const char *prefix, *what, *issuer, *allow;
 } kinds[AIPC_OBJECT_KIND_COUNT] = {
-#define AIPC_OBJECT_KIND_ROW_(name, prefix, what, issuer) {prefix, what, issuer},
+#define AIPC_OBJECT_KIND_ROW_(name, prefix, what, issuer, allow) {prefix, what, issuer, allow},
     AIPC_OBJECT_KINDS(AIPC_OBJECT_KIND_ROW_)
 #undef AIPC_OBJECT_KIND_ROW_
 };
@@ -42,6 +42,25 @@ const char *aipc__object_what(aipc__object_kind kind) {
 
 const char *aipc__object_issuer(aipc__object_kind kind) {
   return (unsigned)kind < AIPC_OBJECT_KIND_COUNT ? kinds[kind].issuer : "?";
+}
+
+const char *aipc__object_allow(aipc__object_kind kind) {
+  return (unsigned)kind < AIPC_OBJECT_KIND_COUNT ? kinds[kind].allow : "?";
+}
+
+aclError aipc__shareable_parse(const char *call, uint64_t handle, aipc__key *out) {
+  uint64_t pid = handle >> AIPC_SHAREABLE_PID_SHIFT;
+  uint64_t random = handle & AIPC_SHAREABLE_RANDOM_MASK;
+  if (pid == 0 || random == 0)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                      "%s: 0x%016llx is not a shareable handle (aclrtMemExportToShareableHandle writes one)", call,
+                      (unsigned long long)handle);
+  memset(out, 0, sizeof *out);
+  out->kind = AIPC_OBJECT_PHYSICAL;
+  out->pid = (uint32_t)pid;
+  out->nonce = 0;
+  out->export_id = handle;
+  return ACL_SUCCESS;
 }
 
 void aipc__key_format(const aipc__key *k, char out[AIPC_KEY_CHARS + 1]) {

@@ -27,14 +27,19 @@
 
 #include "acl/acl.h"
 
-/* X(NAME, prefix, what it is called in messages, the call that issues it) */
-#define AIPC_OBJECT_KINDS(X)                                               \
-  X(MEMORY, "aipc1.", "an IPC memory key", "aclrtIpcMemGetExportKey")      \
-  X(NOTIFY, "aipn1.", "an IPC notify key", "aclrtNotifyGetExportKey")      \
-  X(EVENT, "aipe1.", "an IPC event handle", "aclrtIpcGetEventHandle")
+/* X(NAME, prefix, what it is called in messages, the call that issues it,
+ *   how an exporter lets a process import it) */
+#define AIPC_OBJECT_KINDS(X)                                                                                  \
+  X(MEMORY, "aipc1.", "an IPC memory key", "aclrtIpcMemGetExportKey",                                         \
+    "pass it to aclrtIpcMemSetImportPid, or export with ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION")    \
+  X(NOTIFY, "aipn1.", "an IPC notify key", "aclrtNotifyGetExportKey",                                         \
+    "pass it to aclrtNotifySetImportPid, or export with ACL_RT_NOTIFY_EXPORT_FLAG_DISABLE_PID_VALIDATION")     \
+  X(EVENT, "aipe1.", "an IPC event handle", "aclrtIpcGetEventHandle", "")                                     \
+  X(PHYSICAL, "aipv1.", "a shareable handle of physical memory", "aclrtMemExportToShareableHandle",           \
+    "pass it to aclrtMemSetPidToShareableHandle, or export with ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION")
 
 typedef enum aipc__object_kind {
-#define AIPC_OBJECT_KIND_ENUM_(name, prefix, what, issuer) AIPC_OBJECT_##name,
+#define AIPC_OBJECT_KIND_ENUM_(name, prefix, what, issuer, allow) AIPC_OBJECT_##name,
   AIPC_OBJECT_KINDS(AIPC_OBJECT_KIND_ENUM_)
 #undef AIPC_OBJECT_KIND_ENUM_
   AIPC_OBJECT_KIND_COUNT
@@ -43,6 +48,8 @@ typedef enum aipc__object_kind {
 /* "an IPC notify key", and the call that issues such keys. */
 const char *aipc__object_what(aipc__object_kind kind);
 const char *aipc__object_issuer(aipc__object_kind kind);
+/* What the exporter must do to whitelist a process for a kind ("pass it to ..."). */
+const char *aipc__object_allow(aipc__object_kind kind);
 
 #define AIPC_KEY_PREFIX "aipc1." /* memory keys' */
 #define AIPC_KEY_PREFIX_LEN 6
@@ -82,6 +89,22 @@ aclError aipc__key_parse_kind(const char *call, const char *key, aipc__object_ki
 void aipc__event_handle_write(const char key[AIPC_KEY_CHARS + 1], aclrtIpcEventHandle *handle);
 aclError aipc__event_handle_parse(const char *call, const aclrtIpcEventHandle *handle, aipc__key *out,
                                   char key[AIPC_KEY_CHARS + 1]);
+
+/*
+ * Shareable handles of physical memory (aclrtMemExportToShareableHandle):
+ * the 64-bit number CANN defines, here the exporter's pid in the top 22
+ * bits (Linux pids stay below 2^22) and 42 random bits, never 0. The pid
+ * says whose door to knock on (the exporter's pid-only socket); the random
+ * bits name the export there. A handle is a key of kind PHYSICAL with that
+ * pid, nonce 0 (the door), the number as export id and an all-zero secret:
+ * the whitelist, not the number, is what guards it (as on hardware).
+ */
+#define AIPC_SHAREABLE_PID_SHIFT 42
+#define AIPC_SHAREABLE_RANDOM_MASK ((UINT64_C(1) << AIPC_SHAREABLE_PID_SHIFT) - 1)
+#define AIPC_SHAREABLE_PID_MAX ((UINT64_C(1) << (64 - AIPC_SHAREABLE_PID_SHIFT)) - 1)
+/* The key a shareable handle stands for (sdid 0: the caller's to fill), or a
+ * recorded ACL_ERROR_INVALID_PARAM. */
+aclError aipc__shareable_parse(const char *call, uint64_t handle, aipc__key *out);
 
 /* 1 when the two secrets are equal; time independent of where they differ. */
 int aipc__secret_equal(const uint8_t *a, const uint8_t *b);

@@ -35,6 +35,7 @@ typedef int aclError;
   X(ACL_ERROR_RT_CONTEXT_NULL, 107002, "runtime: no current context")         \
   X(ACL_ERROR_RT_STREAM_CONTEXT, 107003, "runtime: stream not in the current context") \
   X(ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, 107006, "runtime: event timestamp invalid") \
+  X(ACL_ERROR_RT_INVALID_HANDLE, 107017, "runtime: invalid handle")           \
   X(ACL_ERROR_RT_WAIT_TIMEOUT, 107019, "runtime: wait timeout")                \
   X(ACL_ERROR_RT_TASK_TIMEOUT, 107020, "runtime: task timeout")                \
   X(ACL_ERROR_BAD_ALLOC, 200000, "memory allocation failed")                   \

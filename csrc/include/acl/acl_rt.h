@@ -77,6 +77,14 @@ typedef enum aclrtMemAttr {
   ACL_DDR_MEM_P2P_NORMAL = 7,
   ACL_HBM_MEM_P2P_HUGE = 8,
   ACL_HBM_MEM_P2P_NORMAL = 9,
+  ACL_HBM_MEM_HUGE1G = 10,
+  ACL_HBM_MEM_P2P_HUGE1G = 11,
+  ACL_MEM_NORMAL = 12,
+  ACL_MEM_HUGE = 13,
+  ACL_MEM_HUGE1G = 14,
+  ACL_MEM_P2P_NORMAL = 15,
+  ACL_MEM_P2P_HUGE = 16,
+  ACL_MEM_P2P_HUGE1G = 17,
 } aclrtMemAttr;
 
 #define ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT 0x0UL
@@ -276,6 +284,137 @@ ACL_FUNC_VISIBILITY aclError aclrtIpcMemSetAttr(const char *key, aclrtIpcMemAttr
  * hold it (with ASCEND_IPC_STRICT=1 the call fails while any do).
  */
 ACL_FUNC_VISIBILITY aclError aclrtIpcMemClose(const char *key);
+
+/* ---- virtual memory and physical memory sharing (VMM) ------------------- */
+
+/* A physical allocation of this process: from aclrtMallocPhysical,
+ * aclrtMemImportFromShareableHandle or aclrtMemRetainAllocationHandle. */
+typedef void *aclrtDrvMemHandle;
+
+typedef enum aclrtMemLocationType {
+  ACL_MEM_LOCATION_TYPE_HOST = 0,
+  ACL_MEM_LOCATION_TYPE_DEVICE = 1,
+  ACL_MEM_LOCATION_TYPE_UNREGISTERED = 2,
+  ACL_MEM_LOCATION_TYPE_MANAGED = 3,
+  ACL_MEM_LOCATION_TYPE_HOST_NUMA = 4,
+} aclrtMemLocationType;
+
+typedef struct aclrtMemLocation {
+  uint32_t id; /* the device for ACL_MEM_LOCATION_TYPE_DEVICE */
+  aclrtMemLocationType type;
+} aclrtMemLocation;
+
+typedef enum aclrtMemAllocationType {
+  ACL_MEM_ALLOCATION_TYPE_PINNED = 0,
+} aclrtMemAllocationType;
+
+typedef enum aclrtMemHandleType {
+  ACL_MEM_HANDLE_TYPE_NONE = 0,
+  ACL_MEM_HANDLE_TYPE_POSIX = 2,
+} aclrtMemHandleType;
+
+typedef enum aclrtMemSharedHandleType {
+  ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT = 0x1, /* a uint64_t */
+  ACL_MEM_SHARE_HANDLE_TYPE_FABRIC = 0x2,  /* an aclrtMemFabricHandle: across super-node servers */
+} aclrtMemSharedHandleType;
+
+typedef struct aclrtMemFabricHandle {
+  uint8_t data[128];
+} aclrtMemFabricHandle;
+
+typedef struct aclrtPhysicalMemProp {
+  aclrtMemHandleType handleType;         /* ACL_MEM_HANDLE_TYPE_NONE */
+  aclrtMemAllocationType allocationType; /* ACL_MEM_ALLOCATION_TYPE_PINNED */
+  aclrtMemAttr memAttr;
+  aclrtMemLocation location;
+  uint64_t reserve;
+} aclrtPhysicalMemProp;
+
+typedef enum aclrtMemGranularityOptions {
+  ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
+  ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1,
+  ACL_RT_MEM_ALLOC_GRANULARITY_UNDEF = 0xFFFF,
+} aclrtMemGranularityOptions;
+
+typedef enum aclrtMemAccessFlags {
+  ACL_RT_MEM_ACCESS_FLAGS_NONE = 0x0,
+  ACL_RT_MEM_ACCESS_FLAGS_READ = 0x1,
+  ACL_RT_MEM_ACCESS_FLAGS_READWRITE = 0x3,
+} aclrtMemAccessFlags;
+
+typedef struct aclrtMemAccessDesc {
+  aclrtMemAccessFlags flags;
+  aclrtMemLocation location;
+  uint8_t rsv[12];
+} aclrtMemAccessDesc;
+
+#define ACL_RT_VMM_EXPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION 0x1UL
+
+/* Bytes that sizes, mappings and reservations are multiples of. */
+ACL_FUNC_VISIBILITY aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop,
+                                                              aclrtMemGranularityOptions option,
+                                                              size_t *granularity);
+/* Device memory that no address reaches until aclrtMapMem puts it in a
+ * reserved range; size is rounded up to the granularity. flags must be 0.
+ * Ownership: the handle is the caller's, released with aclrtFreePhysical. */
+ACL_FUNC_VISIBILITY aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size,
+                                                 const aclrtPhysicalMemProp *prop, uint64_t flags);
+/* Releases one handle; the memory goes once no mapping and no other process holds it. */
+ACL_FUNC_VISIBILITY aclError aclrtFreePhysical(aclrtDrvMemHandle handle);
+/* Reserves size bytes of address space (a multiple of the granularity);
+ * nothing is accessible there until aclrtMapMem. alignment must be 0;
+ * expectPtr: NULL, or a granularity-aligned free address in [16 TiB, 24 TiB). */
+ACL_FUNC_VISIBILITY aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment,
+                                                    void *expectPtr, uint64_t flags);
+/* Gives a reservation back; every mapping in it must be unmapped first. */
+ACL_FUNC_VISIBILITY aclError aclrtReleaseMemAddress(void *virPtr);
+/* Maps a whole physical allocation (size equal to it, offset 0, flags 0) at
+ * virPtr inside a reservation; readable and writable at once. */
+ACL_FUNC_VISIBILITY aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle,
+                                         uint64_t flags);
+/* The same, but nothing may touch the range until aclrtMemSetAccess. */
+ACL_FUNC_VISIBILITY aclError aclrtMemMapNoAccess(void *virPtr, size_t size, size_t offset,
+                                                 aclrtDrvMemHandle handle, uint64_t flags);
+/* Undoes the mapping that starts at virPtr. */
+ACL_FUNC_VISIBILITY aclError aclrtUnmapMem(void *virPtr);
+/* Grants access to the mapping [virPtr, virPtr + size) (exactly one mapping):
+ * ACL_RT_MEM_ACCESS_FLAGS_READWRITE for a host or device location. */
+ACL_FUNC_VISIBILITY aclError aclrtMemSetAccess(void *virPtr, size_t size, aclrtMemAccessDesc *desc,
+                                               size_t count);
+/* The physical allocation mapped at virPtr (a mapping's start), as a new
+ * handle reference the caller releases with aclrtFreePhysical. */
+ACL_FUNC_VISIBILITY aclError aclrtMemRetainAllocationHandle(void *virPtr, aclrtDrvMemHandle *handle);
+/*
+ * Shares a physical allocation of this process: writes a 64-bit number that
+ * another process of this user passes to aclrtMemImportFromShareableHandle.
+ * handleType must be ACL_MEM_HANDLE_TYPE_NONE. flags:
+ * ACL_RT_VMM_EXPORT_FLAG_DEFAULT (only pids given to
+ * aclrtMemSetPidToShareableHandle may import) or
+ * ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION. One number per handle.
+ */
+ACL_FUNC_VISIBILITY aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle,
+                                                             aclrtMemHandleType handleType, uint64_t flags,
+                                                             uint64_t *shareableHandle);
+/* The same; shareableHandle points to a uint64_t (DEFAULT) or an
+ * aclrtMemFabricHandle (FABRIC, which needs a super-node). */
+ACL_FUNC_VISIBILITY aclError aclrtMemExportToShareableHandleV2(aclrtDrvMemHandle handle, uint64_t flags,
+                                                               aclrtMemSharedHandleType shareType,
+                                                               void *shareableHandle);
+/* Exporter: whitelists pidNum pids (from aclrtDeviceGetBareTgid in the importers). */
+ACL_FUNC_VISIBILITY aclError aclrtMemSetPidToShareableHandle(uint64_t shareableHandle, int32_t *pid,
+                                                             size_t pidNum);
+ACL_FUNC_VISIBILITY aclError aclrtMemSetPidToShareableHandleV2(void *shareableHandle,
+                                                               aclrtMemSharedHandleType shareType,
+                                                               int32_t *pid, size_t pidNum);
+/* Importer (another process): a handle of its own on the same physical
+ * memory, on deviceId; it stays valid after the exporter frees or exits. */
+ACL_FUNC_VISIBILITY aclError aclrtMemImportFromShareableHandle(uint64_t shareableHandle, int32_t deviceId,
+                                                               aclrtDrvMemHandle *handle);
+/* The same on the current device; flags must be 0. */
+ACL_FUNC_VISIBILITY aclError aclrtMemImportFromShareableHandleV2(void *shareableHandle,
+                                                                 aclrtMemSharedHandleType shareType,
+                                                                 uint64_t flags, aclrtDrvMemHandle *handle);
 
 #ifdef __cplusplus
 }
