@@ -43,6 +43,7 @@ from ._C import (
     zeros,
 )
 from ._many import open_many
+from ._vmm import MappedHandle, PhysicalMemory, ShareableHandle, VirtualRange, granularity
 
 
 def _register_one_receiver_pickling():
@@ -65,7 +66,11 @@ __all__ = [
     "DeviceArray",
     "Event",
     "IpcHandle",
+    "MappedHandle",
+    "PhysicalMemory",
+    "ShareableHandle",
     "Stream",
+    "VirtualRange",
     "__version__",
     "bare_tgid",
     "current_device",
@@ -73,6 +78,7 @@ __all__ = [
     "empty",
     "export",
     "from_numpy",
+    "granularity",
     "mem_info",
     "open_many",
     "provider",

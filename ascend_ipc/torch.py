@@ -36,7 +36,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import torch
 
-from . import _C
+from . import _C, _vmm
 from ._C import DeviceArray, IpcHandle, Stream
 
 __all__ = [
@@ -142,22 +142,47 @@ def _npu_segment(device: int, ptr: int, nbytes: int) -> Optional[tuple]:
             continue
         if address <= ptr and ptr + nbytes <= address + size:
             if seg.get("is_expandable"):
-                raise ValueError(
-                    "ascend_ipc.torch.share(): this npu tensor lives in an expandable segment of torch_npu's "
-                    "allocator (virtual memory mapped piecewise), which aclrtIpcMem* cannot export; set "
-                    "PYTORCH_NPU_ALLOC_CONF=expandable_segments:False for tensors you share, or create them "
-                    "with ascend_ipc.torch.empty()"
-                )
+                return _EXPANDABLE
             if address % _PAGE or size % _PAGE:
                 return None
             return int(address), int(size)
     return None
 
 
+# _npu_segment(): the storage lives in an expandable segment (physical memory mapped piecewise).
+_EXPANDABLE = ("expandable",)
+
+
+def _share_mapped(tensor: torch.Tensor, pids: Optional[Iterable[int]], device: Optional[int] = None):
+    """A MappedHandle if the tensor's bytes are memory mapped with aclrtMapMem (an expandable segment,
+    a VirtualRange), else None: every physical allocation they span is shared through its shareable handle."""
+    esize = tensor.element_size()
+    lo, hi = 0, esize  # the bytes the view touches, from element 0
+    for n, st in zip(tensor.shape, tensor.stride()):
+        if n > 1 and st > 0:
+            hi += (n - 1) * st * esize
+        elif n > 1:
+            lo += (n - 1) * st * esize
+    start = tensor.data_ptr() + lo
+    handle = _vmm.share_mapped(start, hi - lo, tuple(tensor.shape), tuple(s * esize for s in tensor.stride()),
+                               _STORAGE[tensor.dtype], pids, device, torch_dtype=_dtype_name(tensor.dtype))
+    if handle is not None:
+        handle.offset -= lo  # where element 0 is, from the first chunk's start
+    return handle
+
+
+def _open_mapped(handle: "_vmm.MappedHandle", device: Optional[int] = None) -> torch.Tensor:
+    """MappedHandle.open_torch(): the view mapped here, as a tensor."""
+    dtype = _BY_NAME.get(handle.torch_dtype or handle.dtype)
+    if dtype is None:
+        raise TypeError(f"handle records dtype {handle.torch_dtype or handle.dtype!r}, which this torch does not have")
+    return _wrap(handle.open(device), dtype)
+
+
 def _npu_export_range(device: int, ptr: int, nbytes: int) -> tuple:
     """The page-aligned (address, size) to export for a storage at ptr of nbytes bytes."""
     segment = _npu_segment(device, ptr, nbytes)
-    if segment is not None:
+    if segment is not None and segment is not _EXPANDABLE:
         return segment
     # No segment information: the pages the storage covers (CANN exports page-aligned ranges).
     start = ptr - ptr % _PAGE
@@ -178,6 +203,14 @@ def _share_npu(
         )
     storage = tensor.untyped_storage()
     device = tensor.device.index if tensor.device.index is not None else torch.npu.current_device()
+    if _npu_segment(device, storage.data_ptr(), storage.nbytes()) is _EXPANDABLE:
+        if stream is not None:
+            raise ValueError("share(stream=...) of a tensor in an expandable segment: synchronize the stream first")
+        mapped = _share_mapped(tensor, pids, device)
+        if mapped is None:
+            raise ValueError("ascend_ipc.torch.share(): the expandable segment of this tensor is not mapped memory")
+        mapped._keep += (storage,)  # the storage (and its segment) stays while the handle lives
+        return mapped
     start, size = _npu_export_range(device, storage.data_ptr(), storage.nbytes())
     region = _C.wrap(start, size, device)
     try:
@@ -263,8 +296,13 @@ def share(
     pids: Optional[Iterable[int]] = None,
     link: Optional[str] = None,
     stream: Optional[Stream] = None,
-) -> IpcHandle:
+) -> Union[IpcHandle, "_vmm.MappedHandle"]:
     """Exports the memory behind tensor; returns a picklable IpcHandle for its view.
+
+    Memory mapped piecewise -- an expandable segment of torch_npu's allocator
+    on the cann provider, or a VirtualRange -- travels as a MappedHandle
+    instead: one shareable handle per physical allocation the view spans
+    (aclrtMemExportToShareableHandle), which the receiver maps side by side.
 
     pids and link as in ascend_ipc.export(). stream: the ascend_ipc.Stream whose
     queued work writes the tensor (None: the one of an enclosing ``with
@@ -289,6 +327,14 @@ def share(
         view = _view_of(tensor)
         if view is None and tensor.device.type == "npu":
             return _share_npu(tensor, pids, link, _stream_for(stream, tensor))
+        if view is None and tensor.device.type == "cpu" and link is None:
+            # ascend_ipc memory mapped piecewise (a VirtualRange): its physical allocations travel
+            mapped = _share_mapped(tensor, pids)
+            if mapped is not None:
+                if _stream_for(stream, tensor) is not None:
+                    mapped.close()
+                    raise ValueError("share(stream=...) of mapped memory: synchronize the stream first")
+                return mapped
     if view is None:
         raise ValueError(
             "tensor is not backed by ascend_ipc device memory; create it with ascend_ipc.torch.empty(), "
@@ -307,8 +353,10 @@ def open_torch(handle: IpcHandle, device: Optional[int] = None) -> torch.Tensor:
     On the cann provider the tensor is an npu tensor (needs torch_npu), mapped
     on the exporter's device id unless device says otherwise.
     """
+    if isinstance(handle, _vmm.MappedHandle):
+        return _open_mapped(handle, device)
     if not isinstance(handle, IpcHandle):
-        raise TypeError(f"open_torch() needs an IpcHandle, not {type(handle).__name__}")
+        raise TypeError(f"open_torch() needs an IpcHandle or a MappedHandle, not {type(handle).__name__}")
     if device is None and _npu_memory():
         # As torch_npu does: map NPU memory on the exporter's device id.
         device = handle.device

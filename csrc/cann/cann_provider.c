@@ -38,7 +38,7 @@ _Static_assert(sizeof(any_fn) == sizeof(void *), "function and data pointers dif
 
 /* ---- state ------------------------------------------------------------------ */
 
-#define MAX_MISSING 64
+#define MAX_MISSING 128
 
 /* Everything the provider knows, reached through its table's private_data.
  * Written once, under load_once (version: under version_once; aclInit's

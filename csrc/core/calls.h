@@ -146,6 +146,8 @@ typedef const char *aipc_cstr;
     OPTIONAL)                                                                                                  \
   X(aclError, aclrtMemRetainAllocationHandle, mem_retain_allocation_handle,                                    \
     (void *virPtr, aclrtDrvMemHandle *handle), (virPtr, handle), NULL, OPTIONAL)                               \
+  X(aclError, aclrtMemGetAddressRange, mem_get_address_range, (void *ptr, void **pbase, size_t *psize),          \
+    (ptr, pbase, psize), NULL, OPTIONAL)                                                                       \
   X(aclError, aclrtMemExportToShareableHandle, mem_export_to_shareable_handle,                                 \
     (aclrtDrvMemHandle handle, aclrtMemHandleType handleType, uint64_t flags, uint64_t *shareableHandle),      \
     (handle, handleType, flags, shareableHandle), NULL, OPTIONAL)                                              \

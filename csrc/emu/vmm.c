@@ -576,6 +576,28 @@ aclError aipc__emu_mem_retain_allocation_handle(void *virPtr, aclrtDrvMemHandle 
 #undef C
 }
 
+aclError aipc__emu_mem_get_address_range(void *ptr, void **pbase, size_t *psize) {
+#define C "aclrtMemGetAddressRange"
+  if (!ptr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": ptr is NULL");
+  if (!pbase && !psize) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": pbase and psize are both NULL");
+  aipc__mem_rdlock();
+  aipc__block *b = aipc__mem_find(ptr);
+  bool ok = b && (b->kind == AIPC_MEM_MAPPED || b->kind == AIPC_MEM_DEVICE || b->kind == AIPC_MEM_HOST ||
+                  b->kind == AIPC_MEM_IMPORT);
+  uintptr_t base = ok ? b->base : 0;
+  size_t size = ok ? b->size : 0;
+  aipc__mem_unlock();
+  if (!ok)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                      C ": %p is not in memory of this process's runtime (aclrtMalloc, aclrtMallocHost, an IPC import "
+                      "or an aclrtMapMem mapping)",
+                      ptr);
+  if (pbase) *pbase = (void *)base;
+  if (psize) *psize = size;
+  return ACL_SUCCESS;
+#undef C
+}
+
 /* ---- sharing ---------------------------------------------------------------------- */
 
 static aclError share_type_check(const char *call, aclrtMemSharedHandleType t) {

@@ -289,6 +289,7 @@ int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py
 static int allocation_traverse(PyObject *self, visitproc visit, void *arg) {
   Py_VISIT(Py_TYPE(self));
   Py_VISIT(((aipc_py_allocation *)self)->exporter);
+  Py_VISIT(((aipc_py_allocation *)self)->owner);
   Py_VISIT(((aipc_py_allocation *)self)->sync_event);
   return 0;
 }
@@ -315,6 +316,7 @@ static void allocation_dealloc(PyObject *self) {
   registry_remove(&st->registry, a);
   /* After the import closed: the exporter's memory (and its export) outlives it. */
   Py_CLEAR(a->exporter);
+  Py_CLEAR(a->owner); /* last: the memory may go with it */
   Py_CLEAR(a->sync_event);
   PyMem_Free(a->exports);
   PyErr_Restore(exc_type, exc_value, exc_tb);

@@ -56,6 +56,7 @@ typedef struct aipc_py_allocation {
   aipc_py_import *import;           /* IMPORTED: its place in the key's order */
   PyObject *exporter;               /* IMPORTED from this process's own export: the exported
                                        allocation, kept until the import is closed */
+  PyObject *owner;                  /* BORROWED: what keeps the memory valid (wrap(owner=...)), or NULL */
   PyObject *sync_event;             /* OWNED: the Event(ipc=True) of its stream-ordered exports
                                        (export(stream=...) records it again each time), or NULL */
   aipc_py_export_rec *exports;      /* OWNED: live exports of this process */

@@ -324,17 +324,19 @@ done:
   return result;
 }
 
-/* wrap(address, size, device=None): a uint8 DeviceArray over device memory
- * this process got from elsewhere. The memory is never freed here. */
+/* wrap(address, size, device=None, owner=None): a uint8 DeviceArray over
+ * device memory this process got from elsewhere. The memory is never freed
+ * here; owner, if given, is kept alive as long as anything uses it. */
 static PyObject *fn_wrap(PyObject *module, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"address", "size", "device", NULL};
+  static char *kwlist[] = {"address", "size", "device", "owner", NULL};
   aipc_py_state *st = aipc_py_state_of_module(module);
   const aipc_provider *p = st->provider;
-  PyObject *addr_obj, *device_obj = Py_None, *result = NULL;
+  PyObject *addr_obj, *device_obj = Py_None, *owner = Py_None, *result = NULL;
   Py_ssize_t size;
   int32_t device;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On|O:wrap", kwlist, &addr_obj, &size, &device_obj)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On|OO:wrap", kwlist, &addr_obj, &size, &device_obj, &owner))
+    return NULL;
   if (!PyLong_Check(addr_obj) || PyBool_Check(addr_obj)) {
     PyErr_Format(PyExc_TypeError, "address must be an int, not %.100s", Py_TYPE(addr_obj)->tp_name);
     return NULL;
@@ -379,12 +381,15 @@ static PyObject *fn_wrap(PyObject *module, PyObject *args, PyObject *kwargs) {
                  (Py_ssize_t)own->size);
     return NULL;
   }
-  aipc_py_allocation *alloc = aipc_py_registry_find_borrowed(&st->registry, addr, (size_t)size, device);
+  /* Memory with an owner gets an allocation of its own, which holds it. */
+  aipc_py_allocation *alloc =
+      owner == Py_None ? aipc_py_registry_find_borrowed(&st->registry, addr, (size_t)size, device) : NULL;
   if (alloc != NULL) {
     Py_INCREF(alloc);
   } else {
     alloc = aipc_py_allocation_create(st, AIPC_PY_BORROWED, (void *)addr, (size_t)size, device, NULL);
     if (alloc == NULL) return NULL;
+    if (owner != Py_None) alloc->owner = Py_NewRef(owner);
   }
   PyArray_Descr *u8 = PyArray_DescrFromType(NPY_UBYTE);
   if (u8 != NULL) {
@@ -633,12 +638,13 @@ PyMethodDef aipc_py_module_functions[] = {
      "Unpickling of an IpcHandle: IpcHandle(*args), carrying the sender's hold on the\n"
      "memory ((address, token), or None), which its first open() gives back."},
     {"wrap", (PyCFunction)(void (*)(void))fn_wrap, METH_VARARGS | METH_KEYWORDS,
-     "wrap($module, /, address, size, device=None)\n--\n\n"
+     "wrap($module, /, address, size, device=None, owner=None)\n--\n\n"
      "A uint8 DeviceArray over device memory this process got elsewhere (another\n"
      "library's aclrtMalloc, torch_npu's allocator), so it can be exported. address\n"
      "and size must be page-aligned and lie in one allocation of the runtime; the\n"
      "memory is never freed by ascend_ipc and must outlive the array, its views and\n"
-     "its handles (see export(keepalive=...)). Wrapping the same range twice\n"
+     "its handles (see export(keepalive=...)), or owner, which the array and\n"
+     "its views then keep alive. Wrapping the same range twice without an owner\n"
      "shares one record (and one pids=None export)."},
     {"_subview", (PyCFunction)(void (*)(void))fn_subview, METH_VARARGS | METH_KEYWORDS,
      "_subview($module, /, array, offset, shape, strides, dtype)\n--\n\n"

@@ -5,6 +5,7 @@
  */
 #define AIPC_PY_DEFINE_NUMPY_API
 #include "module.h"
+#include "vmm.h"
 
 #include "allocation.h"
 #include "devicearray.h"
@@ -36,6 +37,7 @@ static int module_exec(PyObject *module) {
   if (aipc_py_stream_init_types(module, st) < 0) return -1;
   if (PyModule_AddIntConstant(module, "PAGE_SIZE", (long)AIPC_PY_PAGE) < 0) return -1;
   if (PyModule_AddIntConstant(module, "KEY_LEN", AIPC_PY_KEY_LEN) < 0) return -1;
+  if (PyModule_AddFunctions(module, aipc_py_vmm_functions) < 0) return -1;
   return 0;
 }
 

@@ -385,6 +385,8 @@ ACL_FUNC_VISIBILITY aclError aclrtMemSetAccess(void *virPtr, size_t size, aclrtM
 /* The physical allocation mapped at virPtr (a mapping's start), as a new
  * handle reference the caller releases with aclrtFreePhysical. */
 ACL_FUNC_VISIBILITY aclError aclrtMemRetainAllocationHandle(void *virPtr, aclrtDrvMemHandle *handle);
+/* The allocation or mapping that holds ptr: its start and size (either may be NULL, not both). */
+ACL_FUNC_VISIBILITY aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize);
 /*
  * Shares a physical allocation of this process: writes a 64-bit number that
  * another process of this user passes to aclrtMemImportFromShareableHandle.

@@ -1,0 +1,279 @@
+/*
+ * The virtual-memory calls for ascend_ipc._vmm (private functions of _C):
+ * each one CANN call through the provider table, integers in and out
+ * (handles and addresses as ints), AclError on failure. The Python layer
+ * (ascend_ipc/_vmm.py) owns lifetimes; an import, which waits on another
+ * process, runs with the GIL released.
+ */
+#include "module.h"
+#include "vmm.h"
+
+static aclrtPhysicalMemProp device_prop(int32_t device, int huge1g) {
+  aclrtPhysicalMemProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.handleType = ACL_MEM_HANDLE_TYPE_NONE;
+  prop.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
+  prop.memAttr = huge1g ? ACL_HBM_MEM_HUGE1G : ACL_HBM_MEM_HUGE;
+  prop.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = (uint32_t)device;
+  return prop;
+}
+
+/* The device an int-or-None argument names: None is the current one. */
+static int parse_device(const aipc_provider *p, PyObject *obj, int32_t *device) {
+  if (aipc_py_parse_device(obj, device) < 0) return -1;
+  if (*device < 0) {
+    int32_t cur = 0;
+    if (p->get_device(&cur) != ACL_SUCCESS) {
+      (void)p->get_recent_err_msg(); /* none set yet: device 0, as CANN defaults */
+      cur = 0;
+    }
+    *device = cur;
+  }
+  return 0;
+}
+
+static PyObject *checked(aipc_py_state *st, aipc_py_failure *f, PyObject *ok) {
+  if (f->code != ACL_SUCCESS) {
+    Py_XDECREF(ok);
+    return aipc_py_raise(st, f);
+  }
+  return ok;
+}
+
+#define VMM_BEGIN                                        \
+  aipc_py_state *st = aipc_py_state_of_module(module);   \
+  const aipc_provider *p = st->provider;                 \
+  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+
+#define NOTE(field, ...) aipc_py_note(p, &f, AIPC_CALL_NAME(field), p->field(__VA_ARGS__))
+
+static PyObject *fn_granularity(PyObject *module, PyObject *args) {
+  VMM_BEGIN
+  PyObject *dev_obj;
+  int huge1g;
+  if (!PyArg_ParseTuple(args, "Op:_vmm_granularity", &dev_obj, &huge1g)) return NULL;
+  int32_t device;
+  if (parse_device(p, dev_obj, &device) < 0) return NULL;
+  aclrtPhysicalMemProp prop = device_prop(device, huge1g);
+  size_t g = 0;
+  NOTE(mem_get_allocation_granularity, &prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &g);
+  return checked(st, &f, PyLong_FromSize_t(g));
+}
+
+typedef struct malloc_args {
+  size_t size;
+  aclrtPhysicalMemProp prop;
+  aclrtDrvMemHandle handle;
+} malloc_args;
+
+static void malloc_body(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  (void)device;
+  malloc_args *a = arg;
+  aipc_py_note(p, f, AIPC_CALL_NAME(malloc_physical), p->malloc_physical(&a->handle, a->size, &a->prop, 0));
+}
+
+static PyObject *fn_malloc(PyObject *module, PyObject *args) {
+  VMM_BEGIN
+  Py_ssize_t size;
+  PyObject *dev_obj;
+  int huge1g;
+  if (!PyArg_ParseTuple(args, "nOp:_vmm_malloc", &size, &dev_obj, &huge1g)) return NULL;
+  if (size <= 0) {
+    PyErr_Format(PyExc_ValueError, "size must be positive, not %zd", size);
+    return NULL;
+  }
+  malloc_args a = {.size = (size_t)size};
+  int32_t device;
+  if (parse_device(p, dev_obj, &device) < 0) return NULL;
+  a.prop = device_prop(device, huge1g);
+  aipc_py_call_released(p, &f, AIPC_PY_NO_DEVICE, malloc_body, &a);
+  return checked(st, &f, PyLong_FromVoidPtr(a.handle));
+}
+
+/* Parses an address or handle given as an int. */
+static int parse_ptr(PyObject *obj, void **out) {
+  if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "expected an int address or handle, not %.100s", Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+  if (PyErr_Occurred()) return -1;
+  *out = (void *)(uintptr_t)v;
+  return 0;
+}
+
+static PyObject *fn_free(PyObject *module, PyObject *arg) {
+  VMM_BEGIN
+  void *h;
+  if (parse_ptr(arg, &h) < 0) return NULL;
+  NOTE(free_physical, h);
+  return checked(st, &f, Py_NewRef(Py_None));
+}
+
+static PyObject *fn_reserve(PyObject *module, PyObject *args) {
+  VMM_BEGIN
+  Py_ssize_t size;
+  if (!PyArg_ParseTuple(args, "n:_vmm_reserve", &size)) return NULL;
+  if (size <= 0) {
+    PyErr_Format(PyExc_ValueError, "size must be positive, not %zd", size);
+    return NULL;
+  }
+  void *v = NULL;
+  NOTE(reserve_mem_address, &v, (size_t)size, 0, NULL, 0);
+  return checked(st, &f, PyLong_FromVoidPtr(v));
+}
+
+static PyObject *fn_release(PyObject *module, PyObject *arg) {
+  VMM_BEGIN
+  void *v;
+  if (parse_ptr(arg, &v) < 0) return NULL;
+  NOTE(release_mem_address, v);
+  return checked(st, &f, Py_NewRef(Py_None));
+}
+
+static PyObject *fn_map(PyObject *module, PyObject *args) {
+  VMM_BEGIN
+  PyObject *addr_obj, *handle_obj;
+  Py_ssize_t size;
+  int access = 1;
+  if (!PyArg_ParseTuple(args, "OnO|p:_vmm_map", &addr_obj, &size, &handle_obj, &access)) return NULL;
+  void *v, *h;
+  if (parse_ptr(addr_obj, &v) < 0 || parse_ptr(handle_obj, &h) < 0) return NULL;
+  if (size <= 0) {
+    PyErr_Format(PyExc_ValueError, "size must be positive, not %zd", size);
+    return NULL;
+  }
+  if (access)
+    NOTE(map_mem, v, (size_t)size, 0, h, 0);
+  else
+    NOTE(mem_map_no_access, v, (size_t)size, 0, h, 0);
+  return checked(st, &f, Py_NewRef(Py_None));
+}
+
+static PyObject *fn_unmap(PyObject *module, PyObject *arg) {
+  VMM_BEGIN
+  void *v;
+  if (parse_ptr(arg, &v) < 0) return NULL;
+  NOTE(unmap_mem, v);
+  return checked(st, &f, Py_NewRef(Py_None));
+}
+
+static PyObject *fn_set_access(PyObject *module, PyObject *args) {
+  VMM_BEGIN
+  PyObject *addr_obj, *dev_obj;
+  Py_ssize_t size;
+  if (!PyArg_ParseTuple(args, "OnO:_vmm_set_access", &addr_obj, &size, &dev_obj)) return NULL;
+  void *v;
+  int32_t device;
+  if (parse_ptr(addr_obj, &v) < 0 || parse_device(p, dev_obj, &device) < 0) return NULL;
+  aclrtMemAccessDesc d;
+  memset(&d, 0, sizeof d);
+  d.flags = ACL_RT_MEM_ACCESS_FLAGS_READWRITE;
+  d.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+  d.location.id = (uint32_t)device;
+  NOTE(mem_set_access, v, (size_t)size, &d, 1);
+  return checked(st, &f, Py_NewRef(Py_None));
+}
+
+static PyObject *fn_retain(PyObject *module, PyObject *arg) {
+  VMM_BEGIN
+  void *v, *h = NULL;
+  if (parse_ptr(arg, &v) < 0) return NULL;
+  NOTE(mem_retain_allocation_handle, v, &h);
+  return checked(st, &f, PyLong_FromVoidPtr(h));
+}
+
+static PyObject *fn_address_range(PyObject *module, PyObject *arg) {
+  VMM_BEGIN
+  void *v, *base = NULL;
+  size_t size = 0;
+  if (parse_ptr(arg, &v) < 0) return NULL;
+  NOTE(mem_get_address_range, v, &base, &size);
+  return checked(st, &f, Py_BuildValue("(Nn)", PyLong_FromVoidPtr(base), (Py_ssize_t)size));
+}
+
+static PyObject *fn_export(PyObject *module, PyObject *args) {
+  VMM_BEGIN
+  PyObject *handle_obj;
+  int check_pids;
+  if (!PyArg_ParseTuple(args, "Op:_vmm_export", &handle_obj, &check_pids)) return NULL;
+  void *h;
+  if (parse_ptr(handle_obj, &h) < 0) return NULL;
+  uint64_t shareable = 0;
+  NOTE(mem_export_to_shareable_handle, h, ACL_MEM_HANDLE_TYPE_NONE,
+       check_pids ? ACL_RT_VMM_EXPORT_FLAG_DEFAULT : ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION, &shareable);
+  return checked(st, &f, PyLong_FromUnsignedLongLong(shareable));
+}
+
+static PyObject *fn_set_pids(PyObject *module, PyObject *args) {
+  VMM_BEGIN
+  unsigned long long shareable;
+  PyObject *pids_obj;
+  if (!PyArg_ParseTuple(args, "KO:_vmm_set_pids", &shareable, &pids_obj)) return NULL;
+  PyObject *seq = PySequence_Fast(pids_obj, "pids must be a sequence of ints");
+  if (!seq) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  int32_t *pids = n > 0 ? PyMem_New(int32_t, (size_t)n) : NULL;
+  PyObject *result = NULL;
+  if (n > 0 && !pids) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (v == -1 && PyErr_Occurred()) goto done;
+    if (v <= 0 || v > INT32_MAX) {
+      PyErr_Format(PyExc_ValueError, "pids[%zd] = %ld is not a process id", i, v);
+      goto done;
+    }
+    pids[i] = (int32_t)v;
+  }
+  if (n > 0) NOTE(mem_set_pid_to_shareable_handle, (uint64_t)shareable, pids, (size_t)n);
+  result = checked(st, &f, Py_NewRef(Py_None));
+done:
+  PyMem_Free(pids);
+  Py_DECREF(seq);
+  return result;
+}
+
+typedef struct import_args {
+  uint64_t shareable;
+  aclrtDrvMemHandle handle;
+} import_args;
+
+static void import_body(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  import_args *a = arg;
+  aipc_py_note(p, f, AIPC_CALL_NAME(mem_import_from_shareable_handle),
+               p->mem_import_from_shareable_handle(a->shareable, device, &a->handle));
+}
+
+static PyObject *fn_import(PyObject *module, PyObject *args) {
+  VMM_BEGIN
+  unsigned long long shareable;
+  PyObject *dev_obj;
+  if (!PyArg_ParseTuple(args, "KO:_vmm_import", &shareable, &dev_obj)) return NULL;
+  int32_t device;
+  if (parse_device(p, dev_obj, &device) < 0) return NULL;
+  import_args a = {.shareable = shareable};
+  /* CANN's import needs the device current (its context): made so for the call. */
+  aipc_py_call_released(p, &f, device, import_body, &a);
+  return checked(st, &f, PyLong_FromVoidPtr(a.handle));
+}
+
+PyMethodDef aipc_py_vmm_functions[] = {
+    {"_vmm_granularity", fn_granularity, METH_VARARGS, "(device, huge1g) -> minimum granularity in bytes"},
+    {"_vmm_malloc", fn_malloc, METH_VARARGS, "(size, device, huge1g) -> aclrtMallocPhysical handle"},
+    {"_vmm_free", fn_free, METH_O, "(handle): aclrtFreePhysical"},
+    {"_vmm_reserve", fn_reserve, METH_VARARGS, "(size) -> aclrtReserveMemAddress address"},
+    {"_vmm_release", fn_release, METH_O, "(address): aclrtReleaseMemAddress"},
+    {"_vmm_map", fn_map, METH_VARARGS, "(address, size, handle, access=True): aclrtMapMem / aclrtMemMapNoAccess"},
+    {"_vmm_unmap", fn_unmap, METH_O, "(address): aclrtUnmapMem"},
+    {"_vmm_set_access", fn_set_access, METH_VARARGS, "(address, size, device): aclrtMemSetAccess read-write"},
+    {"_vmm_retain", fn_retain, METH_O, "(address) -> aclrtMemRetainAllocationHandle handle"},
+    {"_vmm_address_range", fn_address_range, METH_O, "(address) -> (base, size): aclrtMemGetAddressRange"},
+    {"_vmm_export", fn_export, METH_VARARGS, "(handle, check_pids) -> 64-bit shareable handle"},
+    {"_vmm_set_pids", fn_set_pids, METH_VARARGS, "(shareable, pids): aclrtMemSetPidToShareableHandle"},
+    {"_vmm_import", fn_import, METH_VARARGS, "(shareable, device) -> handle (GIL released)"},
+    {NULL, NULL, 0, NULL},
+};
