@@ -1,8 +1,14 @@
 /*
- * Fuzz target: IPC event handle parsing (aipc__event_handle_parse,
- * csrc/emu/ipc/key.c). Any 64 bytes either are exactly what
- * aipc__event_handle_write makes of a valid event key (and write back to
- * themselves), or are refused with ACL_ERROR_INVALID_PARAM and a message.
+ * Fuzz target: the handles a process receives as bytes (csrc/emu/ipc/key.c).
+ *
+ * IPC event handles (aipc__event_handle_parse): any 64 bytes either are
+ * exactly what aipc__event_handle_write makes of a valid event key (and
+ * write back to themselves), or are refused with ACL_ERROR_INVALID_PARAM and
+ * a message.
+ *
+ * Shareable handles of physical memory (aipc__shareable_parse): the first 8
+ * bytes as a 64-bit number are accepted exactly when both its pid and its
+ * random part are non-zero, and then name that pid's door and that export.
  *
  * Input: the handle's bytes (shorter inputs are padded with zeros, longer
  * ones cut), so the seeds can be real handles.
@@ -36,6 +42,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(rc == ACL_ERROR_INVALID_PARAM);
     FUZZ_CHECK(msg != NULL && strncmp(msg, "fuzz: ", 6) == 0);
     for (size_t i = 0; i < sizeof key; i++) FUZZ_CHECK(key[i] == 0x5a); /* nothing written on failure */
+  }
+
+  uint64_t value = 0;
+  for (int i = 7; i >= 0; i--) value = value << 8 | (uint8_t)h.reserved[i];
+  memset(&k, 0x5a, sizeof k);
+  rc = aipc__shareable_parse("fuzz", value, &k);
+  msg = aipc__recent_err_msg();
+  uint64_t pid = value >> AIPC_SHAREABLE_PID_SHIFT, random = value & AIPC_SHAREABLE_RANDOM_MASK;
+  if (pid != 0 && random != 0) {
+    FUZZ_CHECK(rc == ACL_SUCCESS && msg == NULL);
+    FUZZ_CHECK(k.kind == AIPC_OBJECT_PHYSICAL && k.pid == pid && k.nonce == 0 && k.export_id == value);
+    static const uint8_t zero[AIPC_SECRET_LEN];
+    FUZZ_CHECK(memcmp(k.secret, zero, sizeof zero) == 0);
+  } else {
+    FUZZ_CHECK(rc == ACL_ERROR_INVALID_PARAM);
+    FUZZ_CHECK(msg != NULL && strncmp(msg, "fuzz: ", 6) == 0);
   }
   return 0;
 }
