@@ -352,7 +352,7 @@ class MappedHandle:
         self.chunks = tuple(chunks)
         self.offset, self.shape, self.strides, self.dtype = offset, tuple(shape), tuple(strides), dtype
         self.torch_dtype = torch_dtype
-        self._keep = keep  # sender side: the retained PhysicalMemory objects
+        self._keep = keep  # sender side: the retained PhysicalMemory objects (and the torch storage)
 
     def __reduce__(self):
         return (MappedHandle, (self.chunks, self.offset, self.shape, self.strides, self.dtype, self.torch_dtype))
@@ -384,9 +384,10 @@ class MappedHandle:
         return aipc_torch._open_mapped(self, device)
 
     def close(self) -> None:
-        """Sender side: lets the retained physical memory go."""
-        for pm in self._keep:
-            pm.close()
+        """Sender side: lets the retained physical memory (and whatever else the handle kept) go."""
+        for obj in self._keep:
+            if isinstance(obj, PhysicalMemory):
+                obj.close()
         self._keep = ()
 
     def __repr__(self) -> str:

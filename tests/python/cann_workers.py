@@ -334,11 +334,40 @@ def scenario_npu_share(lib_path: str) -> dict:
     h, out["pages"] = share_and_open(Storage())
     h.close()
 
-    segments.append({"device": 0, "address": base, "total_size": 2 << 20, "is_expandable": True})
-    try:
-        atorch._share_npu(NpuTensor(Storage()), None, None)
-    except ValueError as e:
-        out["expandable"] = str(e)
+    # An expandable segment: two physical allocations mapped side by side in one reserved
+    # range, the storage straddling them; share() sends it through shareable handles.
+    class Prop(ctypes.Structure):
+        _fields_ = [("handleType", ctypes.c_int), ("allocationType", ctypes.c_int), ("memAttr", ctypes.c_int),
+                    ("id", ctypes.c_uint32), ("type", ctypes.c_int), ("reserve", ctypes.c_uint64)]
+
+    g = 2 << 20
+    vbase = ctypes.c_void_p()
+    assert lib.aclrtReserveMemAddress(ctypes.byref(vbase), ctypes.c_size_t(2 * g), ctypes.c_size_t(0), None,
+                                      ctypes.c_uint64(0)) == 0
+    prop = Prop(0, 0, 5, 0, 1, 0)  # NONE, PINNED, ACL_HBM_MEM_NORMAL, device 0
+    chunks = []
+    for i in range(2):
+        h = ctypes.c_void_p()
+        assert lib.aclrtMallocPhysical(ctypes.byref(h), ctypes.c_size_t(g), ctypes.byref(prop), ctypes.c_uint64(0)) == 0
+        assert lib.aclrtMapMem(ctypes.c_void_p(vbase.value + i * g), ctypes.c_size_t(g), ctypes.c_size_t(0), h,
+                               ctypes.c_uint64(0)) == 0
+        chunks.append(h)
+    # (Storage and NpuTensor read storage_at when called: from here on they describe this one.)
+    storage_at = vbase.value + g - 96  # the view (16 elements in) starts 32 bytes before the boundary
+    assert lib.aclrtMemcpy(ctypes.c_void_p(storage_at), ctypes.c_size_t(data.nbytes),
+                           ctypes.c_void_p(data.ctypes.data), ctypes.c_size_t(data.nbytes), 1) == 0
+    segments.append({"device": 0, "address": vbase.value, "total_size": 2 * g, "is_expandable": True})
+    h = atorch._share_npu(NpuTensor(Storage()), None, None)
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=child_open_view, args=(h, child))
+    p.start()
+    out["expandable"] = {"chunks": len(h.chunks), "offset": h.offset, "child": parent.recv()}
+    p.join(TIMEOUT)
+    h.close()
+    for i, ch in enumerate(chunks):
+        assert lib.aclrtUnmapMem(ctypes.c_void_p(vbase.value + i * g)) == 0
+        assert lib.aclrtFreePhysical(ch) == 0
+    assert lib.aclrtReleaseMemAddress(vbase) == 0
     out["free_rc"] = lib.aclrtFree(seg)
     return out
 

@@ -409,7 +409,9 @@ def test_share_of_a_torch_npu_tensor_exports_its_segment(python, emu_lib):
     pages = got["pages"]
     assert (pages["offset"], pages["size"]) == (8704 + 64 - 8192, 4096)
     assert pages["child"] == {"values": expected, "shape": [4, 4]}
-    assert "expandable segment" in got["expandable"] and "expandable_segments:False" in got["expandable"]
+    # An expandable segment (physical memory mapped piecewise): one shareable handle per physical
+    # allocation the view spans; the receiver maps them side by side and sees the view whole.
+    assert got["expandable"] == {"chunks": 2, "offset": (2 << 20) - 32, "child": {"values": expected, "shape": [4, 4]}}
     assert got["free_rc"] == 0
 
 
@@ -477,6 +479,36 @@ def test_cpu_switch_for_host_memory_libraries(python, emu_lib):
     """, _cann_env(emu_lib, ASCEND_IPC_CANN_DLPACK="cpu"))
     got = _json(out)
     assert got == {"device": [1, 0], "seen": [10, 11, 12, 13], "info": 1, "visible": True}
+
+
+def test_physical_memory_sharing_through_the_cann_provider(python, emu_lib):
+    # The VMM calls forward like the others: two processes share physical memory through the
+    # library as CANN's libascendcl, mapping it side by side with memory of their own.
+    out = _run_ok(python, """
+        import json, multiprocessing as mp, numpy as np, ascend_ipc as a
+        g = a.granularity()
+        pm = a.PhysicalMemory(g)
+        r = a.VirtualRange(g)
+        arr = r.map(pm, 0)
+        arr.copy_from(a.from_numpy(np.full(g, 7, np.uint8)))
+        h = pm.export(pids=None)
+
+        def child(conn):
+            mine = h.open()
+            r2 = a.VirtualRange(2 * g)
+            seen = r2.map(mine, g).numpy()
+            conn.send([int(seen[0]), int(seen[-1]), int(seen.sum() // g)])
+
+        ctx = mp.get_context("fork")
+        here, there = ctx.Pipe()
+        p = ctx.Process(target=child, args=(there,))
+        p.start()
+        got = here.recv()
+        p.join(30)
+        print(json.dumps({"seen": got, "exit": p.exitcode, "kind": list(arr.__dlpack_device__())}))
+    """, _cann_env(emu_lib))
+    got = _json(out)
+    assert got == {"seen": [7, 7, 7], "exit": 0, "kind": [12, 0]}
 
 
 # --------------------------------------------------------------------------- an older CANN
