@@ -110,14 +110,17 @@ TSAN_TESTS_creds_internal = same_user_flood_capped_exporter_keeps_working privil
 TSAN_TESTS_events = stream_wait_holds_back_later_work a_wait_keeps_the_record_it_saw destroy_with_work_pending_is_safe \
   failed_work_fails_the_event ipc_handle_rules
 TSAN_TESTS_notify = one_record_releases_one_wait wait_queued_before_the_record_holds_the_stream
+# Threads mapping, sharing, copying and unmapping physical memory at once.
+TSAN_TESTS_vmm = threads_map_share_and_copy_at_once mapped_memory_on_streams
 
 .PHONY: tsan
 tsan:
 	$(MAKE) BUILD=build-tsan OPT=-O1 CFLAGS="-fsanitize=thread" LDFLAGS="-fsanitize=thread" \
 	  build-tsan/tests/test_ipc_scale build-tsan/tests/test_ipc_resilience build-tsan/tests/test_ipc_creds_internal \
-	  build-tsan/tests/test_events build-tsan/tests/test_notify
+	  build-tsan/tests/test_events build-tsan/tests/test_notify build-tsan/tests/test_vmm
 	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_ipc_scale $(TSAN_TESTS_scale)
 	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_ipc_resilience $(TSAN_TESTS_resilience)
 	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0:detect_deadlocks=0 build-tsan/tests/test_ipc_creds_internal $(TSAN_TESTS_creds_internal)
 	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_events $(TSAN_TESTS_events)
 	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_notify $(TSAN_TESTS_notify)
+	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_vmm $(TSAN_TESTS_vmm)

@@ -2,6 +2,7 @@
  * several physical allocations side by side in one reservation, access
  * control, and sharing between real processes through shareable handles,
  * with and without the whitelist, across an exporter's death. */
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 
@@ -482,4 +483,93 @@ TEST(finalize_and_fork_leave_nothing_behind) {
   void *p = mmap(v, 2 * GRAN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   CHECK(p == v); /* the reservation's address space is free again */
   munmap(p, 2 * GRAN);
+}
+
+TEST(mapped_memory_on_streams) {
+  aclrtDrvMemHandle a = phys_new(GRAN), b = phys_new(GRAN);
+  unsigned char *v = reserve(2 * GRAN);
+  CHECK_OK(aclrtMapMem(v, GRAN, 0, a, 0));
+  CHECK_OK(aclrtMapMem(v + GRAN, GRAN, 0, b, 0));
+  aclrtStream s;
+  CHECK_OK(aclrtCreateStream(&s));
+  CHECK_OK(aclrtMemsetAsync(v, 2 * GRAN, 0x21, 2 * GRAN, s)); /* across both mappings */
+  unsigned char host[64];
+  CHECK_OK(aclrtMemcpyAsync(host, sizeof host, v + GRAN - 32, sizeof host, ACL_MEMCPY_DEVICE_TO_HOST, s));
+  CHECK_OK(aclrtSynchronizeStream(s));
+  for (size_t i = 0; i < sizeof host; i++) CHECK_EQ(host[i], 0x21);
+  CHECK_OK(aclrtDestroyStream(s));
+  CHECK_OK(aclrtUnmapMem(v));
+  CHECK_OK(aclrtUnmapMem(v + GRAN));
+  CHECK_OK(aclrtReleaseMemAddress(v));
+  CHECK_OK(aclrtFreePhysical(a));
+  CHECK_OK(aclrtFreePhysical(b));
+  CHECK_OK(aclFinalize());
+}
+
+static void *map_copy_unmap_loop(void *arg) {
+  int rounds = *(int *)arg;
+  for (int i = 0; i < rounds; i++) {
+    aclrtDrvMemHandle h = phys_new(GRAN);
+    unsigned char *v = reserve(GRAN);
+    CHECK_OK(aclrtMapMem(v, GRAN, 0, h, 0));
+    uint64_t sh;
+    CHECK_OK(aclrtMemExportToShareableHandle(h, ACL_MEM_HANDLE_TYPE_NONE, 1, &sh));
+    uint32_t x = (uint32_t)i, y = 0;
+    CHECK_OK(aclrtMemcpy(v + 4096, 4, &x, 4, ACL_MEMCPY_HOST_TO_DEVICE));
+    CHECK_OK(aclrtMemcpy(&y, 4, v + 4096, 4, ACL_MEMCPY_DEVICE_TO_HOST));
+    CHECK_EQ(y, x);
+    CHECK_OK(aclrtFreePhysical(h)); /* before the unmap: deferred */
+    CHECK_OK(aclrtUnmapMem(v));
+    CHECK_OK(aclrtReleaseMemAddress(v));
+  }
+  return NULL;
+}
+
+TEST(threads_map_share_and_copy_at_once) {
+  int rounds = under_valgrind() ? 10 : 200;
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) CHECK(pthread_create(&t[i], NULL, map_copy_unmap_loop, &rounds) == 0);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  size_t free_b, total;
+  CHECK_OK(aclrtGetMemInfo(ACL_HBM_MEM, &free_b, &total));
+  CHECK_EQ(free_b, total); /* every physical allocation given back */
+  CHECK_OK(aclFinalize());
+}
+
+/* Imports, maps, writes, and is killed holding it all. */
+static int killed_importer(chan *c, void *arg) {
+  (void)arg;
+  uint64_t h;
+  from_parent(c, &h, sizeof h);
+  aclrtDrvMemHandle mine;
+  CHECK_OK(aclrtMemImportFromShareableHandle(h, 0, &mine));
+  unsigned char *v = reserve(GRAN);
+  CHECK_OK(aclrtMapMem(v, GRAN, 0, mine, 0));
+  v[7] = 77;
+  send_int(c->up[1], 1);
+  raise(SIGKILL);
+  return 0;
+}
+
+TEST(an_importer_killed_holding_memory_leaves_the_exporter_whole) {
+  aclrtDrvMemHandle ph = phys_new(GRAN);
+  unsigned char *v = reserve(GRAN);
+  CHECK_OK(aclrtMapMem(v, GRAN, 0, ph, 0));
+  uint64_t h;
+  CHECK_OK(aclrtMemExportToShareableHandle(ph, ACL_MEM_HANDLE_TYPE_NONE, 1, &h));
+  for (int round = 0; round < 2; round++) { /* the second importer is served as the first was */
+    chan c;
+    chan_open(&c);
+    int pid = chan_spawn(&c, killed_importer, NULL);
+    to_child(&c, &h, sizeof h);
+    CHECK_EQ(recv_int(c.up[0]), 1);
+    CHECK_EQ(th_wait(pid), 128 + SIGKILL);
+    chan_close(&c);
+    CHECK_EQ(v[7], 77);
+    v[7] = 0;
+  }
+  CHECK_OK(aclrtUnmapMem(v));
+  CHECK_OK(aclrtReleaseMemAddress(v));
+  CHECK_OK(aclrtFreePhysical(ph));
+  CHECK_OK(aclFinalize());
 }
