@@ -90,7 +90,7 @@ DOCUMENTED = {
     "zeros": "(shape, dtype='float32', device=None)",
     "from_numpy": "(array, device=None)",
     "export": "(array, pids=None, link=None, stream=None, *, torch_dtype=None, keepalive=None)",
-    "wrap": "(address, size, device=None)",
+    "wrap": "(address, size, device=None, owner=None)",
     "mem_info": "(device=None)",
     "set_device": "(device, /)",
     "provider": "()",
