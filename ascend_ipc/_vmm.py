@@ -55,14 +55,14 @@ class PhysicalMemory:
     no mapping and no other process holds it.
     """
 
-    __slots__ = ("_handle", "size", "device", "imported", "_pid", "_share", "_check_pids", "__weakref__")
+    __slots__ = ("_handle", "size", "device", "imported", "_pid", "__weakref__")
 
     def __init__(self, size: int, device: Optional[int] = None, *, huge1g: bool = False) -> None:
         if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
             raise ValueError(f"size must be a positive int, not {size!r}")
         dev = _C.current_device() if device is None else int(device)
-        handle = _C._vmm_malloc(size, dev, huge1g)
-        self._adopt(handle, _round_up(size, granularity(dev, huge1g)), dev, False)
+        rounded = _round_up(size, granularity(dev, huge1g))
+        self._adopt(_C._vmm_malloc(size, dev, huge1g), rounded, dev, False)
 
     @classmethod
     def _from_handle(cls, handle: int, size: int, device: int, imported: bool) -> "PhysicalMemory":
@@ -76,8 +76,6 @@ class PhysicalMemory:
         self.device = device
         self.imported = imported
         self._pid = os.getpid()
-        self._share: Optional[int] = None
-        self._check_pids = False
 
     @property
     def handle(self) -> int:
@@ -88,7 +86,7 @@ class PhysicalMemory:
             raise ValueError("PhysicalMemory was inherited across fork: it belongs to the parent process")
         return self._handle
 
-    def export(self, pids: Optional[Iterable[int]] = None) -> "ShareableHandle":
+    def export(self, pids: Optional[Iterable[int]] = None) -> "ShareableHandle":  # noqa: D417
         """A picklable ShareableHandle other processes of this user open.
 
         pids: the processes (aclrtDeviceGetBareTgid ids) that may open it;
@@ -98,16 +96,11 @@ class PhysicalMemory:
         """
         if self.imported:
             raise ValueError("memory imported from another process cannot be exported again (CANN)")
-        h = self.handle
         want = None if pids is None else [int(p) for p in pids]
-        if self._share is None:
-            self._share = _C._vmm_export(h, want is not None)
-            self._check_pids = want is not None
-        elif want is None and self._check_pids:
-            raise ValueError("this memory is already shared with a whitelist; it cannot be opened to every process now")
+        value = _shareable_number(self.handle, want is not None)
         if want:
-            _C._vmm_set_pids(self._share, want)
-        return ShareableHandle(self._share, self.size, self.device, os.getpid())
+            _C._vmm_set_pids(value, want)
+        return ShareableHandle(value, self.size, self.device, os.getpid())
 
     def close(self) -> None:
         """Gives this handle back (aclrtFreePhysical); idempotent."""
@@ -312,29 +305,39 @@ class VirtualRange:
 # --------------------------------------------------------------------------- memory mapped by others
 
 
-_exported: Dict[int, Tuple[int, bool]] = {}  # retained handle -> (shareable value, with whitelist)
-_exported_lock = threading.Lock()
+def _shareable_number(handle: int, check_pids: bool) -> int:
+    """The shareable handle of a physical allocation of this process: exported now, or the number it got
+    before (CANN gives one per allocation, and a handle retained twice is the same allocation)."""
+    with _shares_lock:
+        try:
+            value = _C._vmm_export(handle, check_pids)
+        except AclError:
+            known = _shares.get(handle)
+            if known is None:
+                raise  # not exported through us: CANN's own error says why
+            value, checked = known
+            if checked and not check_pids:
+                raise ValueError(
+                    "this memory is already shared with a whitelist; it cannot be opened to every process now"
+                ) from None
+            return value
+        _shares[handle] = (value, check_pids)
+        return value
 
 
-def _export_retained(pm: PhysicalMemory, pids: Optional[List[int]]) -> ShareableHandle:
-    """export() of a handle someone else allocated and may have exported through us before."""
-    with _exported_lock:
-        known = _exported.get(pm.handle)
-        if known is not None:
-            value, check = known
-            try:  # still live? (whitelisting ourselves changes nothing: the exporter may always open)
-                _C._vmm_set_pids(value, [os.getpid()])
-            except AclError:
-                known = None
-        if known is None:
-            h = pm.export(pids)
-            _exported[pm.handle] = (h.value, pids is not None)
-            return h
-        if pids is None and check:
-            raise ValueError("this memory is already shared with a whitelist; it cannot be opened to every process now")
-        if pids:
-            _C._vmm_set_pids(value, pids)
-        return ShareableHandle(value, pm.size, pm.device, os.getpid())
+# handle -> (its shareable number, exported with a whitelist): CANN has no call that says either.
+_shares: Dict[int, Tuple[int, bool]] = {}
+_shares_lock = threading.Lock()
+
+
+def _forget_in_child() -> None:
+    # A forked child inherits neither the parent's runtime state nor a lock a parent thread held.
+    global _shares_lock
+    _shares.clear()
+    _shares_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class MappedHandle:
@@ -421,7 +424,7 @@ def share_mapped(address: int, nbytes: int, shape: Tuple[int, ...], strides: Tup
                 raise
             pm = PhysicalMemory._from_handle(handle, size, dev, False)
             keep.append(pm)
-            chunks.append(_export_retained(pm, want))
+            chunks.append(pm.export(want))
             if first is None:
                 first = base
             at = base + size

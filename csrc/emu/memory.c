@@ -544,9 +544,10 @@ static aclError classify(const char *call, const char *role, const void *p, size
   /* Mappings side by side in a reservation are one range of device memory
    * (how an expandable segment grows): a copy may run across them. */
   const aipc__block *last = b;
+  const reserved *home = b->kind == AIPC_MEM_MAPPED ? reserved_at(b->base) : NULL;
   while (last->kind == AIPC_MEM_MAPPED && count > last->base + last->size - a) {
     aipc__block *next = aipc__mem_find((void *)(last->base + last->size));
-    if (!next || next->kind != AIPC_MEM_MAPPED || next->device != b->device) break;
+    if (!next || next->kind != AIPC_MEM_MAPPED || next->device != b->device || reserved_at(next->base) != home) break;
     if (next->no_access)
       return aipc__fail(ACL_ERROR_INVALID_PARAM,
                         "%s: %s range [%p, +%zu) runs into a mapping made with aclrtMemMapNoAccess that has no access "

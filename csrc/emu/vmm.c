@@ -47,6 +47,7 @@
 #define EXPECT_HIGH ((uintptr_t)24 << 40)
 
 typedef struct phys {
+  uint64_t id; /* the caller's handle: a number never reused, so a stale handle finds nothing */
   int fd;
   uint64_t size;
   uint64_t granularity;
@@ -78,12 +79,14 @@ typedef struct mapping {
 
 static struct {
   pthread_mutex_t mu;
-  aipc__hmap handles; /* {phys address, 0} -> phys: every record alive */
+  aipc__hmap handles; /* {id, 0} -> phys: every record alive */
+  uint64_t next_id;
   aipc__hmap maps;    /* {base, 0} -> mapping */
   aipc__omap resvs;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .handles = AIPC__HMAP_INIT, .maps = AIPC__HMAP_INIT, .resvs = AIPC__OMAP_INIT};
 
 static aipc__hkey hk(const void *p) { return (aipc__hkey){(uint64_t)(uintptr_t)p, 0}; }
+static aclrtDrvMemHandle handle_of(const phys *ph) { return (aclrtDrvMemHandle)(uintptr_t)ph->id; }
 static resv *rv_of(aipc__onode *n) { return (resv *)((char *)n - offsetof(resv, node)); }
 
 /* ---- properties ----------------------------------------------------------- */
@@ -158,7 +161,7 @@ static aclError find_handle(const char *call, aclrtDrvMemHandle h, phys **out) {
 /* Frees a record nobody holds or maps any more. g.mu held. */
 static void phys_maybe_destroy(phys *ph) {
   if (ph->handles > 0 || ph->maps > 0) return;
-  aipc__hmap_remove(&g.handles, hk(ph));
+  aipc__hmap_remove(&g.handles, hk(handle_of(ph)));
   close(ph->fd);
   if (!ph->imported) aipc__mem_uncharge(ph->device, ph->size);
   free(ph);
@@ -175,7 +178,8 @@ static void phys_unshare(phys *ph) {
 static aclError phys_add(const char *call, int fd, uint64_t size, uint64_t gran, int32_t device, bool imported,
                          aclrtDrvMemHandle *handle) {
   phys *ph = calloc(1, sizeof *ph);
-  if (!ph || aipc__hmap_put(&g.handles, hk(ph), ph) != 0) {
+  if (ph) ph->id = ++g.next_id;
+  if (!ph || aipc__hmap_put(&g.handles, hk(handle_of(ph)), ph) != 0) {
     free(ph);
     close(fd);
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory for bookkeeping", call);
@@ -186,7 +190,7 @@ static aclError phys_add(const char *call, int fd, uint64_t size, uint64_t gran,
   ph->device = device;
   ph->imported = imported;
   ph->handles = 1;
-  *handle = ph;
+  *handle = handle_of(ph);
   return ACL_SUCCESS;
 }
 
@@ -288,7 +292,9 @@ aclError aipc__emu_reserve_mem_address(void **virPtr, size_t size, size_t alignm
 #define C "aclrtReserveMemAddress"
   if (!virPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": virPtr is NULL");
   if (size == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": size is 0");
-  if (flags > 1) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": flags 0x%llx: must be 0", (unsigned long long)flags);
+  if (flags > 1)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": flags 0x%llx: must be 0 (1 is accepted for older callers)",
+                      (unsigned long long)flags);
   if (alignment != 0)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": alignment %zu: must be 0 (reserved)", alignment);
   if (size % SMALL_GRANULARITY != 0)
@@ -425,6 +431,8 @@ static aclError map_common(const char *call, void *virPtr, size_t size, size_t o
     if (mmap(virPtr, size, access ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_SHARED | MAP_FIXED, ph->fd, 0) ==
         MAP_FAILED) {
       map_errno = errno;
+      /* A failed MAP_FIXED may have unmapped the range: the reservation takes it back. */
+      mmap(virPtr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
     } else if (!(b = aipc__mem_add_import(virPtr, size, ph->device, AIPC_MEM_MAPPED, m))) {
       map_errno = ENOMEM;
       mmap(virPtr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
@@ -569,7 +577,7 @@ aclError aipc__emu_mem_retain_allocation_handle(void *virPtr, aclrtDrvMemHandle 
     rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": too many references to one handle");
   if (rc == ACL_SUCCESS) {
     m->ph->handles++; /* the same handle again, one more aclrtFreePhysical owed */
-    *handle = m->ph;
+    *handle = handle_of(m->ph);
   }
   pthread_mutex_unlock(&g.mu);
   return rc;
@@ -582,8 +590,8 @@ aclError aipc__emu_mem_get_address_range(void *ptr, void **pbase, size_t *psize)
   if (!pbase && !psize) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": pbase and psize are both NULL");
   aipc__mem_rdlock();
   aipc__block *b = aipc__mem_find(ptr);
-  bool ok = b && (b->kind == AIPC_MEM_MAPPED || b->kind == AIPC_MEM_DEVICE || b->kind == AIPC_MEM_HOST ||
-                  b->kind == AIPC_MEM_IMPORT);
+  bool ok = b && (b->kind == AIPC_MEM_MAPPED || (b->kind == AIPC_MEM_DEVICE && !b->user_freed) ||
+                  b->kind == AIPC_MEM_HOST || b->kind == AIPC_MEM_IMPORT);
   uintptr_t base = ok ? b->base : 0;
   size_t size = ok ? b->size : 0;
   aipc__mem_unlock();

@@ -322,7 +322,7 @@ TEST(share_with_a_whitelisted_process) {
   CHECK_ACL(aclrtMemExportToShareableHandle(ph, ACL_MEM_HANDLE_TYPE_NONE, 0, NULL), ACL_ERROR_INVALID_PARAM);
   CHECK_MSG(aclrtMemExportToShareableHandle(ph, ACL_MEM_HANDLE_TYPE_NONE, 2, &h), ACL_ERROR_RT_PARAM_INVALID, "flags");
   CHECK_OK(aclrtMemExportToShareableHandle(ph, ACL_MEM_HANDLE_TYPE_NONE, ACL_RT_VMM_EXPORT_FLAG_DEFAULT, &h));
-  CHECK(h != 0 && (h >> 42) == (uint64_t)getpid());
+  CHECK((h >> 32) != 0 && (h & 0xffffffffu) != 0); /* this process's door, and the export there */
   CHECK_MSG(aclrtMemExportToShareableHandle(ph, ACL_MEM_HANDLE_TYPE_NONE, 0, &h2), ACL_ERROR_RT_PARAM_INVALID,
             "already exported");
   aclrtDrvMemHandle own = NULL;
@@ -418,14 +418,18 @@ static int forger(chan *c, void *arg) {
   from_parent(c, &h, sizeof h);
   aclrtDrvMemHandle mine = NULL;
   CHECK_MSG(aclrtMemImportFromShareableHandle(0, 0, &mine), ACL_ERROR_INVALID_PARAM, "not a shareable handle");
-  CHECK_MSG(aclrtMemImportFromShareableHandle(h >> 42 << 42, 0, &mine), ACL_ERROR_INVALID_PARAM,
+  CHECK_MSG(aclrtMemImportFromShareableHandle(h >> 32 << 32, 0, &mine), ACL_ERROR_INVALID_PARAM,
+            "not a shareable handle");
+  CHECK_MSG(aclrtMemImportFromShareableHandle(h & 0xffffffffu, 0, &mine), ACL_ERROR_INVALID_PARAM,
             "not a shareable handle");
   CHECK_MSG(aclrtMemImportFromShareableHandle(h ^ 1, 0, &mine), ACL_ERROR_RT_IPC_ERROR, "never issued, or forged");
-  uint64_t nobody = (uint64_t)4194303 << 42 | 12345; /* a pid no process has (pid_max is lower) */
+  uint64_t nobody = (h >> 32 ^ 0x5a5a5a5a) << 32 | 12345; /* a door no process opened */
   CHECK_MSG(aclrtMemImportFromShareableHandle(nobody, 0, &mine), ACL_ERROR_RT_IPC_ERROR, "gone");
   int32_t me = getpid();
   CHECK_MSG(aclrtMemSetPidToShareableHandle(h, &me, 1), ACL_ERROR_RT_NO_PERMISSION, "only the exporting process");
   CHECK(mine == NULL);
+  CHECK_OK(aclrtMemImportFromShareableHandle(h, 0, &mine)); /* the share itself is untouched */
+  CHECK_OK(aclrtFreePhysical(mine));
   send_int(c->up[1], 1);
   CHECK_EQ(recv_int(c->down[0]), 2); /* the exporter freed it */
   CHECK_MSG(aclrtMemImportFromShareableHandle(h, 0, &mine), ACL_ERROR_RT_IPC_ERROR, "never issued, or forged");
@@ -442,6 +446,24 @@ TEST(forged_and_stale_handles_are_refused) {
   CHECK_ACL(aclrtMemExportToShareableHandleV2(ph, 0, ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, NULL), ACL_ERROR_INVALID_PARAM);
   CHECK_OK(aclrtMemExportToShareableHandleV2(ph, ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION,
                                              ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, &h));
+  uint64_t h2;
+  aclrtDrvMemHandle ph2 = phys_new(GRAN);
+  CHECK_OK(aclrtMemExportToShareableHandle(ph2, ACL_MEM_HANDLE_TYPE_NONE, 1, &h2));
+  CHECK_EQ(h2 >> 32, h >> 32); /* one door per process */
+  CHECK(h2 != h);
+  CHECK_OK(aclrtFreePhysical(ph2));
+  /* a memory key forged to name the shareable export (our own nonce, its id, a zero secret) reaches nothing */
+  char key[KEYLEN], forged[KEYLEN];
+  void *p = export_new(PAGE, EXPORT_ANY, key);
+  key_rec kr = key_decode(key);
+  kr.id = h;
+  memset(kr.secret, 0, sizeof kr.secret);
+  key_encode(&kr, forged);
+  int32_t me = getpid();
+  CHECK_ACL(aclrtIpcMemSetImportPid(forged, &me, 1), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aclrtIpcMemClose(forged), ACL_ERROR_INVALID_PARAM);
+  CHECK_OK(aclrtIpcMemClose(key));
+  CHECK_OK(aclrtFree(p));
   int32_t pid1 = 1;
   CHECK_MSG(aclrtMemSetPidToShareableHandleV2(&h, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, &pid1, 1),
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "super-node");

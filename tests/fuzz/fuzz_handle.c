@@ -7,8 +7,8 @@
  * a message.
  *
  * Shareable handles of physical memory (aipc__shareable_parse): the first 8
- * bytes as a 64-bit number are accepted exactly when both its pid and its
- * random part are non-zero, and then name that pid's door and that export.
+ * bytes as a 64-bit number are accepted exactly when both its door and its
+ * random part are non-zero, and then name that door and that export.
  *
  * Input: the handle's bytes (shorter inputs are padded with zeros, longer
  * ones cut), so the seeds can be real handles.
@@ -49,10 +49,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memset(&k, 0x5a, sizeof k);
   rc = aipc__shareable_parse("fuzz", value, &k);
   msg = aipc__recent_err_msg();
-  uint64_t pid = value >> AIPC_SHAREABLE_PID_SHIFT, random = value & AIPC_SHAREABLE_RANDOM_MASK;
-  if (pid != 0 && random != 0) {
+  uint64_t door = value >> AIPC_SHAREABLE_DOOR_SHIFT, random = value & AIPC_SHAREABLE_RANDOM_MASK;
+  if (door != 0 && random != 0) {
     FUZZ_CHECK(rc == ACL_SUCCESS && msg == NULL);
-    FUZZ_CHECK(k.kind == AIPC_OBJECT_PHYSICAL && k.pid == pid && k.nonce == 0 && k.export_id == value);
+    FUZZ_CHECK(k.kind == AIPC_OBJECT_PHYSICAL && k.pid == door && k.nonce == 0 && k.export_id == value);
     static const uint8_t zero[AIPC_SECRET_LEN];
     FUZZ_CHECK(memcmp(k.secret, zero, sizeof zero) == 0);
   } else {

@@ -64,8 +64,8 @@ def handles():
         key(prefix=b"aipc1.") + bytes(4), key(prefix=b"aipn1.") + bytes(4),
         key(pid=0, prefix=b"aipe1.") + bytes(4), key(prefix=b"aipe1.")[:59] + bytes(5),
         bytes(64), b"\xff" * 64, b"aipe1." + b"A" * 58, good + b"longer than a handle",
-        # shareable handles of physical memory: pid << 42 | 42 random bits, as 8 little-endian bytes
-        struct.pack("<Q", 4242 << 42 | 0x2A5A5A5A5A5), struct.pack("<Q", 4242 << 42), struct.pack("<Q", 0x3FFFFFFFFFF),
+        # shareable handles of physical memory: door << 32 | 32 random bits, as 8 little-endian bytes
+        struct.pack("<Q", 0x1234ABCD << 32 | 0x5A5A5A5A), struct.pack("<Q", 0x1234ABCD << 32), struct.pack("<Q", 0xFFFFFFFF),
         struct.pack("<Q", (1 << 64) - 1),
     ]
     for s in seeds:

@@ -205,3 +205,53 @@ def test_torch_tensor_over_mapped_memory_travels_as_mapped_handle():
     del t, whole
     r.close()
     gc.collect()
+
+
+def _child_drops_inherited(pm, r, arr, conn):
+    try:
+        pm.close()  # not the child's: nothing happens
+        del pm, r, arr
+        gc.collect()
+        conn.send("ok")
+    except BaseException as e:  # pragma: no cover - reported to the parent
+        conn.send(repr(e))
+    os._exit(0)
+
+
+def test_inherited_objects_do_nothing_in_a_forked_child():
+    pm = aipc.PhysicalMemory(G)
+    r = aipc.VirtualRange(G)
+    arr = r.map(pm, 0)
+    np.from_dlpack(arr)[:] = 5
+    ctx = mp.get_context("fork")
+    here, there = ctx.Pipe()
+    p = ctx.Process(target=_child_drops_inherited, args=(pm, r, arr, there))
+    p.start()
+    assert here.recv() == "ok"
+    p.join(30)
+    assert (np.from_dlpack(arr) == 5).all()  # the parent's memory, mapping and handle are intact
+    h = pm.export()
+    assert h.value != 0
+    arr.close()
+    r.close()
+    pm.close()
+    gc.collect()
+
+
+def test_export_and_share_of_one_allocation_agree():
+    torch = pytest.importorskip("torch")
+    import ascend_ipc.torch as at
+
+    pm = aipc.PhysicalMemory(G)
+    h = pm.export(pids=[os.getpid()])
+    r = aipc.VirtualRange(G)
+    t = torch.from_dlpack(r.map(pm, 0))
+    mh = at.share(t[:16], pids=[1])  # the same allocation: its one number, one more pid on its whitelist
+    assert [c.value for c in mh.chunks] == [h.value]
+    with pytest.raises(ValueError, match="whitelist"):
+        at.share(t[:16])  # cannot open a whitelisted allocation to everyone
+    mh.close()
+    del t
+    r.close()
+    pm.close()
+    gc.collect()

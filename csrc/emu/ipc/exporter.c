@@ -115,7 +115,8 @@ static struct exporter_state {
   bool stop;
   pthread_t thread;
   int listen_fd, poller_fd, wake_fd;
-  int door_fd; /* the pid-only name shareable handles are imported through, once one is issued */
+  int door_fd;   /* the socket shareable handles are imported through, once one is issued */
+  uint32_t door; /* its random number (the top half of every shareable handle), 0 before; read without the lock */
   bool listen_paused;
   aipc__hmap exports; /* {id, 0} -> aipc__export */
   aipc__hmap refs;    /* {export id, conn serial} -> aipc__ref */
@@ -724,9 +725,12 @@ static void accept_all(int listen_fd) {
   }
 }
 
+/* Either socket may already be back (a resume that failed half way). */
+static bool poll_again(int fd, void *tag) { return aipc__os_poller_add(g.poller_fd, fd, tag) == 0 || errno == EEXIST; }
+
 static void resume_listen(void) {
-  if (aipc__os_poller_add(g.poller_fd, g.listen_fd, &listen_tag) != 0) return;
-  if (g.door_fd >= 0 && aipc__os_poller_add(g.poller_fd, g.door_fd, &door_tag) != 0) return;
+  if (!poll_again(g.listen_fd, &listen_tag)) return;
+  if (g.door_fd >= 0 && !poll_again(g.door_fd, &door_tag)) return;
   g.listen_paused = false;
 }
 
@@ -777,6 +781,7 @@ static void close_fds(void) {
   if (g.listen_fd >= 0) close(g.listen_fd);
   if (g.door_fd >= 0) close(g.door_fd);
   g.door_fd = -1;
+  __atomic_store_n(&g.door, 0, __ATOMIC_RELEASE);
   if (g.poller_fd >= 0) close(g.poller_fd);
   if (g.wake_fd >= 0) close(g.wake_fd);
   g.listen_fd = g.poller_fd = g.wake_fd = -1;
@@ -984,36 +989,44 @@ aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *d
 #undef C
 }
 
-/* Opens the door: a second listening socket named by the pid alone, which
- * is all a 64-bit shareable handle can say. Anyone can take a name like
- * that first; the importer therefore checks who serves it (SO_PEERCRED
- * pid and uid), and the server treats both sockets alike. g.lock held,
- * server running. */
+/* Opens the door: a second listening socket, named by a random number
+ * that every shareable handle of this process carries (a 64-bit handle has
+ * no room for the process's nonce). Nobody can take the name first without
+ * guessing it; a name in use (another process drew the same number) is
+ * drawn again. The importer checks that the door is served by a process of
+ * its user, and the server treats both sockets alike. g.lock held, server
+ * running. */
 static aclError door_open(const char *call) {
   if (g.door_fd >= 0) return ACL_SUCCESS;
-  struct sockaddr_un sa;
-  unsigned salen = aipc__self_sockaddr(&sa, g.pid, 0);
   const char *what = "socket";
+  uint32_t door = 0;
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) goto fail;
   what = "bind";
-  if (bind(fd, (struct sockaddr *)&sa, salen) != 0) goto fail;
+  for (int tries = 0;; tries++) {
+    what = "getrandom";
+    door = 0;
+    while (door == 0)
+      if (aipc__random(&door, sizeof door) != 0) goto fail;
+    what = "bind";
+    struct sockaddr_un sa;
+    unsigned salen = aipc__self_sockaddr(&sa, door, 0);
+    if (bind(fd, (struct sockaddr *)&sa, salen) == 0) break;
+    if (errno != EADDRINUSE || tries == 16) goto fail;
+  }
   what = "setsockopt(SO_PASSCRED)";
   if (aipc__os_pass_credentials(fd) != 0) goto fail;
   what = "listen";
   if (listen(fd, LISTEN_BACKLOG) != 0) goto fail;
   what = "epoll_ctl";
-  if (aipc__os_poller_add(g.poller_fd, fd, &door_tag) != 0) goto fail;
+  /* While accepting is paused for lack of descriptors, resume_listen adds it. */
+  if (!g.listen_paused && aipc__os_poller_add(g.poller_fd, fd, &door_tag) != 0) goto fail;
   g.door_fd = fd;
+  __atomic_store_n(&g.door, door, __ATOMIC_RELEASE);
   return ACL_SUCCESS;
 fail:;
   int e = errno;
   if (fd >= 0) close(fd);
-  if (e == EADDRINUSE)
-    return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                      "%s: another process holds the socket name through which process %d must serve shareable "
-                      "handles (abstract \"ascend_ipc.%d.0000000000000000\"): cannot share physical memory",
-                      call, (int)g.pid, (int)g.pid);
   return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot open the shareable-handle socket of process %d: %s: %s", call,
                     (int)g.pid, what, strerror(e));
 }
@@ -1024,24 +1037,19 @@ aclError aipc__exporter_export_physical(const char *call, int fd, uint64_t size,
   aclError rc = server_start(call);
   aipc__export *e = NULL;
   if (rc != ACL_SUCCESS) goto out;
-  if (g.pid > AIPC_SHAREABLE_PID_MAX) {
-    rc = aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "%s: process id %d does not fit a shareable handle", call,
-                    (int)g.pid);
-    goto out;
-  }
   if ((rc = door_open(call)) != ACL_SUCCESS) goto out;
   if (!(e = calloc(1, sizeof *e))) {
     rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
     goto out;
   }
   e->fd = -1;
-  /* A fresh random part, unlike any live export's id (counters stay far below 2^42). */
+  /* A fresh random part, unlike any live export's id (counters stay far below 2^32). */
   uint64_t id = 0;
   for (int tries = 0; tries < 16 && id == 0; tries++) {
     uint64_t r;
     if (aipc__random(&r, sizeof r) != 0) break;
     r &= AIPC_SHAREABLE_RANDOM_MASK;
-    uint64_t cand = (uint64_t)g.pid << AIPC_SHAREABLE_PID_SHIFT | r;
+    uint64_t cand = (uint64_t)g.door << AIPC_SHAREABLE_DOOR_SHIFT | r;
     if (r != 0 && !aipc__hmap_get(&g.exports, ekey(cand))) id = cand;
   }
   if (id == 0) {
@@ -1072,18 +1080,24 @@ out:
 }
 
 bool aipc__exporter_owns(const aipc__key *k) {
-  /* A shareable handle names its exporter by pid alone (nonce 0: the door). */
-  if (k->kind == AIPC_OBJECT_PHYSICAL && k->nonce == 0) return k->pid != 0 && k->pid == aipc__self_pid();
+  /* A shareable handle names its exporter by door (nonce 0). */
+  if (k->kind == AIPC_OBJECT_PHYSICAL && k->nonce == 0)
+    return k->pid != 0 && k->pid == __atomic_load_n(&g.door, __ATOMIC_ACQUIRE);
   return aipc__self_is(k->pid, k->nonce);
 }
 
 /* g.lock held: the live export of this process that k names, or a recorded error. */
 static aclError own_export(const char *call, const aipc__key *k, aipc__export **out) {
+  if (!aipc__exporter_owns(k) && k->nonce == 0)
+    return aipc__fail(ACL_ERROR_RT_NO_PERMISSION,
+                      "%s: only the exporting process may do this, and this process (%d) did not export the handle",
+                      call, (int)getpid());
   if (!aipc__exporter_owns(k))
     return aipc__fail(ACL_ERROR_RT_NO_PERMISSION,
                       "%s: only the exporting process (%u) may do this; this is process %d", call, k->pid,
                       (int)getpid());
   aipc__export *e = export_lookup(k);
+  if (e && e->kind != k->kind) e = NULL; /* an id of another kind's export: no such key */
   if (!e || e->closed)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is not a live export of this process (%s)", call,
                       e ? "it was closed" : "closed, never issued, or forged");
@@ -1265,7 +1279,7 @@ aclError aipc__exporter_close(const char *call, const aipc__key *k, bool lenient
   aclError rc = ACL_SUCCESS;
   pthread_mutex_lock(&g.lock);
   aipc__export *e = export_lookup(k);
-  if (!e) {
+  if (!e || e->kind != k->kind) {
     rc = ACL_ERROR_INVALID_PARAM;
     goto out;
   }

@@ -40,14 +40,13 @@ bool aipc__self_is(uint32_t pid, uint64_t nonce) {
   return p != 0 && pid == p && nonce == __atomic_load_n(&self_nonce, __ATOMIC_ACQUIRE);
 }
 
-uint32_t aipc__self_pid(void) { return __atomic_load_n(&self_pid, __ATOMIC_ACQUIRE); }
-
 unsigned aipc__self_sockaddr(void *out, uint32_t pid, uint64_t nonce) {
   struct sockaddr_un *sa = out;
   memset(sa, 0, sizeof *sa);
   sa->sun_family = AF_UNIX;
   /* Abstract namespace: no file to clean up, gone with the last descriptor. */
-  /* nonce 0 (never a process's nonce) names the door of shareable handles. */
+  /* nonce 0 (never a process's nonce): pid is then the number of a door of
+   * shareable handles (exporter.c). */
   int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "ascend_ipc.%u.%016llx", pid,
                    (unsigned long long)nonce);
   return (unsigned)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);

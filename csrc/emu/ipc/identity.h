@@ -13,8 +13,6 @@
 int aipc__self_get(uint32_t *pid, uint64_t *nonce);
 /* Whether (pid, nonce) names this process. False before it has a name. */
 bool aipc__self_is(uint32_t pid, uint64_t nonce);
-/* This process's pid once named, else 0. */
-uint32_t aipc__self_pid(void);
 /* Writes the abstract socket address of the exporter (pid, nonce) to sun
  * (a struct sockaddr_un) and returns its length. */
 unsigned aipc__self_sockaddr(void *sun, uint32_t pid, uint64_t nonce);

@@ -294,7 +294,19 @@ static void conn_put(aipc__cconn *c) {
 
 /* Connects to the exporter's socket, waiting at most connect_ms for room in
  * its backlog. No lock held. */
+/* How messages name an exporter: its pid, or for a shareable handle's door
+ * (nonce 0) the door's number. */
+static const char *exporter_name(uint32_t pid, uint64_t nonce, char buf[64]) {
+  if (nonce == 0)
+    snprintf(buf, 64, "the exporter of shareable-handle door %u", pid);
+  else
+    snprintf(buf, 64, "exporter process %u", pid);
+  return buf;
+}
+
 static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, int connect_ms, int timeout_ms, int *out) {
+  char who[64];
+  exporter_name(pid, nonce, who);
   struct sockaddr_un sa;
   unsigned salen = aipc__self_sockaddr(&sa, pid, nonce);
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -302,7 +314,7 @@ static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, int co
     int e = errno;
     char hint[256];
     if (e == EMFILE || e == ENFILE)
-      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot create a socket to exporter process %u: %s", call, pid,
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot create a socket to %s: %s", call, who,
                         aipc__os_fd_limit_text(hint, sizeof hint));
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot create a socket: %s", call, strerror(e));
   }
@@ -315,30 +327,28 @@ static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, int co
     close(fd);
     if (e == EAGAIN || e == ETIMEDOUT)
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                        "%s: exporter process %u did not accept a connection within %d ms (overloaded?)", call, pid,
-                        timeout_ms);
+                        "%s: %s did not accept a connection within %d ms (overloaded?)", call, who, timeout_ms);
     if (e == ECONNREFUSED || e == ENOENT)
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                        "%s: exporter process %u is gone (exited or finalized): its keys can no longer be imported", call,
-                        pid);
-    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot connect to exporter process %u: %s", call, pid, strerror(e));
+                        "%s: %s is gone (exited or finalized): its keys can no longer be imported", call, who);
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot connect to %s: %s", call, who, strerror(e));
   }
   pid_t peer = 0;
   uid_t peer_uid;
-  if (aipc__os_peer_cred(fd, &peer, &peer_uid) != 0 || (uint32_t)peer != pid) {
+  /* A process's socket must be served by that process; a door (named by a
+   * number anyone can read in a handle) by a process of this user, or it
+   * could hand us memory of its choosing. */
+  if (aipc__os_peer_cred(fd, &peer, &peer_uid) != 0 || (nonce != 0 && (uint32_t)peer != pid)) {
     close(fd);
-    return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                      "%s: the socket of exporter process %u is served by another process (%d): key refused", call, pid,
-                      (int)peer);
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: the socket of %s is served by another process (%d): key refused",
+                      call, who, (int)peer);
   }
-  /* A door (nonce 0) has a guessable name: whoever serves it must be of
-   * this user, or it could hand us memory of its choosing. */
   if (peer_uid != geteuid()) {
     close(fd);
     return aipc__fail(ACL_ERROR_RT_NO_PERMISSION,
-                      "%s: exporter process %u runs as uid %u and this process as uid %u: IPC is shared only between "
+                      "%s: %s (process %d) runs as uid %u and this process as uid %u: IPC is shared only between "
                       "processes of the same user",
-                      call, pid, (unsigned)peer_uid, (unsigned)geteuid());
+                      call, who, (int)peer, (unsigned)peer_uid, (unsigned)geteuid());
   }
   set_timeouts(fd, slice_ms(timeout_ms));
   *out = fd;
@@ -663,22 +673,24 @@ static aclError import_remote(const char *call, aipc__cconn *c, const aipc__key 
     rr = RT_DEAD;
   }
   aipc__msg_wipe(&q);
+  char who[64];
+  exporter_name(k->pid, k->nonce, who);
   switch (rr) {
     case RT_OK: break;
     case RT_DEAD:
-      return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                        "%s: exporter process %u closed the connection (it exited, finalized or refused us)", call, k->pid);
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: %s closed the connection (it exited, finalized or refused us)",
+                        call, who);
     case RT_TIMEOUT:
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                        "%s: no reply from exporter process %u within %d ms (stopped, hung or overloaded?); " "ASCEND_IPC_TIMEOUT_MS sets the limit", call,
-                        k->pid, timeout_ms);
+                        "%s: no reply from %s within %d ms (stopped, hung or overloaded?); ASCEND_IPC_TIMEOUT_MS sets "
+                        "the limit",
+                        call, who, timeout_ms);
     case RT_PROTO:
-      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: exporter process %u sent a malformed reply (%s)", call, k->pid,
-                        r.why ? r.why : "?");
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: %s sent a malformed reply (%s)", call, who, r.why ? r.why : "?");
     case RT_NOFD: {
       char hint[256];
-      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot receive the memory of exporter process %u: %s", call,
-                        k->pid, aipc__os_fd_limit_text(hint, sizeof hint));
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot receive the memory of %s: %s", call, who,
+                        aipc__os_fd_limit_text(hint, sizeof hint));
     }
   }
   const aipc__msg *a = &r.reply;
@@ -703,8 +715,7 @@ static aclError import_remote(const char *call, aipc__cconn *c, const aipc__key 
     close(memfd);
     if (!physical) release_refs(c, k->export_id, a->slot, 1);
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                      "%s: exporter process %u granted memory that is not a sealed allocation holding the range " "(refused)", call,
-                      k->pid);
+                      "%s: %s granted memory that is not a sealed allocation holding the range (refused)", call, who);
   }
   out->device = a->device;
   out->attr = a->attr;

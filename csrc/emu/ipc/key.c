@@ -49,15 +49,15 @@ const char *aipc__object_allow(aipc__object_kind kind) {
 }
 
 aclError aipc__shareable_parse(const char *call, uint64_t handle, aipc__key *out) {
-  uint64_t pid = handle >> AIPC_SHAREABLE_PID_SHIFT;
+  uint64_t door = handle >> AIPC_SHAREABLE_DOOR_SHIFT;
   uint64_t random = handle & AIPC_SHAREABLE_RANDOM_MASK;
-  if (pid == 0 || random == 0)
+  if (door == 0 || random == 0)
     return aipc__fail(ACL_ERROR_INVALID_PARAM,
                       "%s: 0x%016llx is not a shareable handle (aclrtMemExportToShareableHandle writes one)", call,
                       (unsigned long long)handle);
   memset(out, 0, sizeof *out);
   out->kind = AIPC_OBJECT_PHYSICAL;
-  out->pid = (uint32_t)pid;
+  out->pid = (uint32_t)door;
   out->nonce = 0;
   out->export_id = handle;
   return ACL_SUCCESS;
@@ -103,13 +103,14 @@ aclError aipc__key_parse(const char *call, const char *key, aipc__key *out) {
                       ACL_IPC_MEM_KEY_LEN - 1);
   if (n == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is an empty string", call);
   int kind = -1;
+  _Static_assert(AIPC_OBJECT_KIND_COUNT == 4, "the message below names every prefix");
   for (int i = 0; i < AIPC_OBJECT_KIND_COUNT && kind < 0; i++)
     if (n >= AIPC_KEY_PREFIX_LEN && memcmp(key, kinds[i].prefix, AIPC_KEY_PREFIX_LEN) == 0) kind = i;
   if (kind < 0)
     return aipc__fail(ACL_ERROR_INVALID_PARAM,
-                      "%s: key does not start with \"%s\", \"%s\" or \"%s\": not a key of this runtime "
+                      "%s: key does not start with \"%s\", \"%s\", \"%s\" or \"%s\": not a key of this runtime "
                       "(or of an incompatible version)",
-                      call, kinds[0].prefix, kinds[1].prefix, kinds[2].prefix);
+                      call, kinds[0].prefix, kinds[1].prefix, kinds[2].prefix, kinds[3].prefix);
   if (n != AIPC_KEY_CHARS)
     return aipc__fail(ACL_ERROR_INVALID_PARAM,
                       "%s: key has %zu characters, a key has exactly %d (truncated or damaged?)", call, n,

@@ -92,16 +92,17 @@ aclError aipc__event_handle_parse(const char *call, const aclrtIpcEventHandle *h
 
 /*
  * Shareable handles of physical memory (aclrtMemExportToShareableHandle):
- * the 64-bit number CANN defines, here the exporter's pid in the top 22
- * bits (Linux pids stay below 2^22) and 42 random bits, never 0. The pid
- * says whose door to knock on (the exporter's pid-only socket); the random
- * bits name the export there. A handle is a key of kind PHYSICAL with that
- * pid, nonce 0 (the door), the number as export id and an all-zero secret:
- * the whitelist, not the number, is what guards it (as on hardware).
+ * the 64-bit number CANN defines, here the exporter's door in the top 32
+ * bits and 32 random bits, neither 0. The door is a random number the
+ * exporter picks at its first shareable export and binds a socket under
+ * (its name ends in the nonce 0, which no process's own socket has); being
+ * random, nobody can take it first. The random bits name the export there.
+ * A handle is a key of kind PHYSICAL with the door in the pid field, nonce
+ * 0, the number as export id and an all-zero secret: the whitelist, not the
+ * number, is what guards it (as on hardware).
  */
-#define AIPC_SHAREABLE_PID_SHIFT 42
-#define AIPC_SHAREABLE_RANDOM_MASK ((UINT64_C(1) << AIPC_SHAREABLE_PID_SHIFT) - 1)
-#define AIPC_SHAREABLE_PID_MAX ((UINT64_C(1) << (64 - AIPC_SHAREABLE_PID_SHIFT)) - 1)
+#define AIPC_SHAREABLE_DOOR_SHIFT 32
+#define AIPC_SHAREABLE_RANDOM_MASK ((UINT64_C(1) << AIPC_SHAREABLE_DOOR_SHIFT) - 1)
 /* The key a shareable handle stands for (sdid 0: the caller's to fill), or a
  * recorded ACL_ERROR_INVALID_PARAM. */
 aclError aipc__shareable_parse(const char *call, uint64_t handle, aipc__key *out);
