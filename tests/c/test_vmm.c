@@ -595,3 +595,42 @@ TEST(an_importer_killed_holding_memory_leaves_the_exporter_whole) {
   CHECK_OK(aclrtFreePhysical(ph));
   CHECK_OK(aclFinalize());
 }
+
+TEST(address_ranges) {
+  aclrtDrvMemHandle h = phys_new(GRAN);
+  unsigned char *v = reserve(2 * GRAN);
+  CHECK_OK(aclrtMapMem(v + GRAN, GRAN, 0, h, 0));
+  void *base = NULL;
+  size_t size = 0;
+  CHECK_ACL(aclrtMemGetAddressRange(NULL, &base, &size), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aclrtMemGetAddressRange(v + GRAN, NULL, NULL), ACL_ERROR_RT_PARAM_INVALID);
+  CHECK_OK(aclrtMemGetAddressRange(v + GRAN + 12345, &base, &size));
+  CHECK(base == v + GRAN && size == GRAN);
+  CHECK_MSG(aclrtMemGetAddressRange(v, &base, &size), ACL_ERROR_RT_PARAM_INVALID, "not in memory");
+  unsigned char *d = dmalloc(3 * PAGE);
+  CHECK_OK(aclrtMemGetAddressRange(d + PAGE, NULL, &size)); /* aclrtMalloc memory too */
+  CHECK_EQ(size, 3 * PAGE);
+  CHECK_OK(aclrtFree(d));
+  CHECK_ACL(aclrtMemGetAddressRange(d, &base, NULL), ACL_ERROR_RT_PARAM_INVALID);
+  CHECK_OK(aclrtUnmapMem(v + GRAN));
+  CHECK_OK(aclrtReleaseMemAddress(v));
+  CHECK_OK(aclrtFreePhysical(h));
+  CHECK_OK(aclFinalize());
+}
+
+TEST(one_gib_pages) {
+  aclrtPhysicalMemProp p = prop_on(0);
+  p.memAttr = ACL_HBM_MEM_HUGE1G;
+  aclrtDrvMemHandle h;
+  CHECK_OK(aclrtMallocPhysical(&h, GRAN, &p, 0)); /* rounded up to 1 GiB (nothing is touched) */
+  size_t gib = (size_t)1 << 30;
+  unsigned char *v = reserve(2 * gib);
+  CHECK_MSG(aclrtMapMem(v, GRAN, 0, h, 0), ACL_ERROR_RT_PARAM_INVALID, "maps whole");
+  CHECK_MSG(aclrtMapMem(v + GRAN, gib, 0, h, 0), ACL_ERROR_RT_PARAM_INVALID, "aligned");
+  CHECK_OK(aclrtMapMem(v + gib, gib, 0, h, 0));
+  v[2 * gib - 1] = 1;
+  CHECK_OK(aclrtUnmapMem(v + gib));
+  CHECK_OK(aclrtReleaseMemAddress(v));
+  CHECK_OK(aclrtFreePhysical(h));
+  CHECK_OK(aclFinalize());
+}
