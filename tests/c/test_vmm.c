@@ -622,8 +622,14 @@ TEST(one_gib_pages) {
   aclrtPhysicalMemProp p = prop_on(0);
   p.memAttr = ACL_HBM_MEM_HUGE1G;
   aclrtDrvMemHandle h;
+  size_t gib = (size_t)1 << 30, free_b, total;
+  CHECK_OK(aclrtGetMemInfo(ACL_HBM_MEM, &free_b, &total));
+  if (total < gib) { /* a small emulated device (valgrind runs): the rounding alone is too much */
+    CHECK_MSG(aclrtMallocPhysical(&h, GRAN, &p, 0), ACL_ERROR_RT_MEMORY_ALLOCATION, "rounded to the 1073741824");
+    CHECK_OK(aclFinalize());
+    return;
+  }
   CHECK_OK(aclrtMallocPhysical(&h, GRAN, &p, 0)); /* rounded up to 1 GiB (nothing is touched) */
-  size_t gib = (size_t)1 << 30;
   unsigned char *v = reserve(2 * gib);
   CHECK_MSG(aclrtMapMem(v, GRAN, 0, h, 0), ACL_ERROR_RT_PARAM_INVALID, "maps whole");
   CHECK_MSG(aclrtMapMem(v + GRAN, gib, 0, h, 0), ACL_ERROR_RT_PARAM_INVALID, "aligned");
