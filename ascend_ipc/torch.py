@@ -206,6 +206,9 @@ def _share_npu(
     if _npu_segment(device, storage.data_ptr(), storage.nbytes()) is _EXPANDABLE:
         if stream is not None:
             raise ValueError("share(stream=...) of a tensor in an expandable segment: synchronize the stream first")
+        if link is not None:
+            raise ValueError("share(link=...) sets a memory key's attribute; a tensor in an expandable segment "
+                             "travels by shareable handle, which has none")
         mapped = _share_mapped(tensor, pids, device)
         if mapped is None:
             raise ValueError("ascend_ipc.torch.share(): the expandable segment of this tensor is not mapped memory")
