@@ -2,8 +2,14 @@
  * several physical allocations side by side in one reservation, access
  * control, and sharing between real processes through shareable handles,
  * with and without the whitelist, across an exporter's death. */
+#include <grp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/mman.h>
 
 #include "ipc_util.h"
@@ -638,5 +644,97 @@ TEST(one_gib_pages) {
   CHECK_OK(aclrtUnmapMem(v + gib));
   CHECK_OK(aclrtReleaseMemAddress(v));
   CHECK_OK(aclrtFreePhysical(h));
+  CHECK_OK(aclFinalize());
+}
+
+/* Descriptors of this process whose target names an ascend_ipc memfd; the last one in *fd. */
+static int ascend_memfds(int *fd) {
+  DIR *d = opendir("/proc/self/fd");
+  CHECK(d != NULL);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char path[300], target[256];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t len = readlink(path, target, sizeof target - 1);
+    if (len <= 0) continue;
+    target[len] = '\0';
+    if (strstr(target, "memfd:ascend_ipc")) {
+      n++;
+      *fd = atoi(e->d_name);
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+/* A whitelisted importer turning on what it was given: it finds exactly the
+ * one allocation it imported, cannot resize it, and floods the exporter's
+ * door with connections; then, as another user, it is refused. */
+static int hostile_importer(chan *c, void *arg) {
+  (void)arg;
+  uint64_t h;
+  from_parent(c, &h, sizeof h);
+  int fd = -1;
+  CHECK_EQ(ascend_memfds(&fd), 0);
+  aclrtDrvMemHandle mine;
+  CHECK_OK(aclrtMemImportFromShareableHandle(h, 0, &mine));
+  CHECK_EQ(ascend_memfds(&fd), 1); /* that allocation, nothing else of the exporter's */
+  struct stat st;
+  CHECK(fstat(fd, &st) == 0);
+  CHECK_EQ((size_t)st.st_size, GRAN);
+  CHECK(ftruncate(fd, 0) != 0 && errno == EPERM); /* sealed: no SIGBUS for the exporter */
+  CHECK(ftruncate(fd, 2 * GRAN) != 0 && errno == EPERM);
+  /* the door takes a flood like the main socket: capped per process, and it keeps serving */
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  int nlen = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "ascend_ipc.%u.%016llx", (unsigned)(h >> 32), 0ULL);
+  int flood[200], nflood = 0;
+  for (int i = 0; i < 200; i++) {
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (s >= 0 && connect(s, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + nlen)) == 0)
+      flood[nflood++] = s;
+    else if (s >= 0)
+      close(s);
+  }
+  CHECK(nflood > 64);
+  aclrtDrvMemHandle again;
+  CHECK_OK(aclrtMemImportFromShareableHandle(h, 0, &again)); /* its own connection still works */
+  CHECK_OK(aclrtFreePhysical(again));
+  CHECK_OK(aclrtFreePhysical(mine));
+  for (int i = 0; i < nflood; i++) close(flood[i]);
+  if (geteuid() == 0) { /* as another user: refused, whatever the whitelist says */
+    CHECK_OK(aclFinalize());
+    CHECK(setgroups(0, NULL) == 0);
+    CHECK(setgid(65534) == 0);
+    CHECK(setuid(65534) == 0);
+    CHECK_MSG(aclrtMemImportFromShareableHandle(h, 0, &mine), ACL_ERROR_RT_NO_PERMISSION, "same user");
+  }
+  send_int(c->up[1], 1);
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+TEST(a_hostile_importer_reaches_only_its_grant) {
+  aclrtDrvMemHandle ph = phys_new(GRAN);
+  unsigned char *v = reserve(GRAN);
+  CHECK_OK(aclrtMapMem(v, GRAN, 0, ph, 0));
+  fill_pattern(v, GRAN, 5);
+  uint64_t h;
+  CHECK_OK(aclrtMemExportToShareableHandle(ph, ACL_MEM_HANDLE_TYPE_NONE, ACL_RT_VMM_EXPORT_FLAG_DEFAULT, &h));
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, hostile_importer, NULL);
+  int32_t who = pid;
+  CHECK_OK(aclrtMemSetPidToShareableHandle(h, &who, 1));
+  to_child(&c, &h, sizeof h);
+  CHECK_EQ(recv_int(c.up[0]), 1);
+  CHECK_EQ(th_wait(pid), 0);
+  chan_close(&c);
+  CHECK(check_pattern(v, GRAN, 5)); /* whole, and no SIGBUS here */
+  CHECK_OK(aclrtUnmapMem(v));
+  CHECK_OK(aclrtReleaseMemAddress(v));
+  CHECK_OK(aclrtFreePhysical(ph));
   CHECK_OK(aclFinalize());
 }
