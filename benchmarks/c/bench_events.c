@@ -292,18 +292,8 @@ static void bench_handoff(int reps, double *plain, double *ordered) {
 int main(int argc, char **argv) {
   int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
   int reps = quick ? 200 : 2000;
-  const char *pin = getenv("BENCH_PIN");
-  int pinned = -1;
-  if (!pin || strcmp(pin, "0") != 0) { /* the first CPU this process may use */
-    cpu_set_t all, one;
-    if (sched_getaffinity(0, sizeof all, &all) == 0)
-      for (int cpu = 0; cpu < CPU_SETSIZE && pinned < 0; cpu++)
-        if (CPU_ISSET(cpu, &all)) {
-          CPU_ZERO(&one);
-          CPU_SET(cpu, &one);
-          if (sched_setaffinity(0, sizeof one, &one) == 0) pinned = cpu;
-        }
-  }
+  cpu_set_t saved;
+  int pinned = bench_pin(&saved);
   double pipe_wake = bench_pipe_wake(reps);
   double ev_proc = bench_event_wake(reps, 1);
   double ev_thread = bench_event_wake(reps, 0);

@@ -62,41 +62,13 @@ static void exporter(int up, int down) {
   ACL(aclFinalize());
 }
 
-/* Pins this process (and the children it forks, and their threads) to the
- * first CPU it may use; *saved gets the mask to restore. Returns that CPU, or -1. */
-static int pin_to_one_cpu(cpu_set_t *saved) {
-  if (sched_getaffinity(0, sizeof *saved, saved) != 0) return -1;
-  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-    if (!CPU_ISSET(cpu, saved)) continue;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    return sched_setaffinity(0, sizeof one, &one) == 0 ? cpu : -1;
-  }
-  return -1;
-}
-
 static int g_pinned_cpu = -1;
 
 static void bench_rtt_and_import(int reps, double *rtt_out, double imp_out[NSIZES]) {
-  const char *pin = getenv("BENCH_PIN");
   cpu_set_t saved;
-  if (!pin || strcmp(pin, "0") != 0) g_pinned_cpu = pin_to_one_cpu(&saved);
-  /* the floor's peer: a process echoing on a socketpair */
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) exit(3);
-  fflush(stdout);
-  pid_t echo = fork();
-  if (echo == 0) {
-    close(sv[0]);
-    char b[512];
-    for (;;) {
-      ssize_t r = recv(sv[1], b, sizeof b, 0);
-      if (r <= 0) _exit(0);
-      if (send(sv[1], b, (size_t)r, MSG_NOSIGNAL) != r) _exit(0);
-    }
-  }
-  close(sv[1]);
+  g_pinned_cpu = bench_pin(&saved);
+  int echo_fd;
+  pid_t echo = bench_echo_start(&echo_fd);
   /* the exporter */
   int up[2], down[2];
   if (pipe(up) || pipe(down)) exit(5);
@@ -104,7 +76,7 @@ static void bench_rtt_and_import(int reps, double *rtt_out, double imp_out[NSIZE
   if (pid == 0) {
     close(up[0]);
     close(down[1]);
-    close(sv[0]);
+    close(echo_fd);
     exporter(up[1], down[0]);
     _exit(0);
   }
@@ -123,8 +95,8 @@ static void bench_rtt_and_import(int reps, double *rtt_out, double imp_out[NSIZE
   for (int round = -1; round < ROUNDS; round++) { /* round -1 warms up */
     for (int i = 0; i < 2 * block; i++) {
       double t0 = now();
-      if (send(sv[0], msg, sizeof msg, 0) != (ssize_t)sizeof msg) exit(4);
-      if (recv(sv[0], rep, sizeof rep, 0) <= 0) exit(4);
+      if (send(echo_fd, msg, sizeof msg, 0) != (ssize_t)sizeof msg) exit(4);
+      if (recv(echo_fd, rep, sizeof rep, 0) <= 0) exit(4);
       if (round >= 0) rt[nrt++] = now() - t0;
     }
     for (int s = 0; s < NSIZES; s++) {
@@ -145,7 +117,7 @@ static void bench_rtt_and_import(int reps, double *rtt_out, double imp_out[NSIZE
     free(im[s]);
   }
   free(rt);
-  close(sv[0]);
+  close(echo_fd);
   waitpid(echo, NULL, 0);
   xwrite(down[1], "x", 1);
   waitpid(pid, NULL, 0);

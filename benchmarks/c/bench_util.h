@@ -5,7 +5,10 @@
 #define ASCEND_IPC_BENCH_UTIL_H_
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,6 +60,43 @@ static void xread(int fd, void *b, size_t n) {
     p += r;
     n -= (size_t)r;
   }
+}
+
+/* Pins this process (and the children it forks, and their threads) to the
+ * first CPU it may use, unless BENCH_PIN=0: on a virtual machine, waking a
+ * peer on an idle vCPU costs tens of microseconds at random. *saved gets the
+ * mask to restore. Returns that CPU, or -1 (not pinned). */
+static inline int bench_pin(cpu_set_t *saved) {
+  const char *pin = getenv("BENCH_PIN");
+  if ((pin && strcmp(pin, "0") == 0) || sched_getaffinity(0, sizeof *saved, saved) != 0) return -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+    if (!CPU_ISSET(cpu, saved)) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return sched_setaffinity(0, sizeof one, &one) == 0 ? cpu : -1;
+  }
+  return -1;
+}
+
+/* The floor's peer: forks a process that echoes every packet on a SEQPACKET
+ * socketpair until it closes. *fd gets this side's end; returns the pid. */
+static inline pid_t bench_echo_start(int *fd) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) exit(3);
+  fflush(stdout);
+  pid_t echo = fork();
+  if (echo == 0) {
+    close(sv[0]);
+    char b[512];
+    for (;;) {
+      ssize_t r = recv(sv[1], b, sizeof b, 0);
+      if (r <= 0 || send(sv[1], b, (size_t)r, MSG_NOSIGNAL) != r) _exit(0);
+    }
+  }
+  close(sv[1]);
+  *fd = sv[0];
+  return echo;
 }
 
 #endif

@@ -8,7 +8,7 @@
  *       aclrtFreePhysical
  *   (h) the same with aclrtReserveMemAddress / aclrtReleaseMemAddress per
  *       hand-off
- * at 2 MiB and 64 MiB. Pinned to one CPU unless BENCH_PIN=0 (see bench_ipc.c).
+ * at 2 MiB and 64 MiB. Pinned to one CPU unless BENCH_PIN=0 (bench_util.h).
  * Prints a table and a JSON line, also written to BENCH_VMM_JSON
  * (default build/bench_vmm.json).
  */
@@ -68,45 +68,21 @@ static void exporter(int up, int down) {
   ACL(aclFinalize());
 }
 
-static int pin_one(void) {
-  const char *pin = getenv("BENCH_PIN");
-  if (pin && strcmp(pin, "0") == 0) return -1;
-  cpu_set_t all, one;
-  if (sched_getaffinity(0, sizeof all, &all) != 0) return -1;
-  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
-    if (CPU_ISSET(cpu, &all)) {
-      CPU_ZERO(&one);
-      CPU_SET(cpu, &one);
-      return sched_setaffinity(0, sizeof one, &one) == 0 ? cpu : -1;
-    }
-  return -1;
-}
-
 int main(int argc, char **argv) {
   int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
   int reps = quick ? 200 : 2000;
-  int pinned = pin_one();
+  cpu_set_t saved;
+  int pinned = bench_pin(&saved);
   ACL(aclInit(NULL));
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return 3;
-  fflush(stdout);
-  pid_t echo = fork();
-  if (echo == 0) {
-    close(sv[0]);
-    char b[512];
-    for (;;) {
-      ssize_t r = recv(sv[1], b, sizeof b, 0);
-      if (r <= 0 || send(sv[1], b, (size_t)r, MSG_NOSIGNAL) != r) _exit(0);
-    }
-  }
-  close(sv[1]);
+  int echo_fd;
+  pid_t echo = bench_echo_start(&echo_fd);
   int up[2], down[2];
   if (pipe(up) || pipe(down)) return 5;
   pid_t pid = fork();
   if (pid == 0) {
     close(up[0]);
     close(down[1]);
-    close(sv[0]);
+    close(echo_fd);
     exporter(up[1], down[0]);
     _exit(0);
   }
@@ -131,7 +107,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < block; r++) {
       int at = round >= 0 ? n + r : -1;
       double t0 = now();
-      if (send(sv[0], msg, sizeof msg, 0) != (ssize_t)sizeof msg || recv(sv[0], rep, sizeof rep, 0) <= 0) return 4;
+      if (send(echo_fd, msg, sizeof msg, 0) != (ssize_t)sizeof msg || recv(echo_fd, rep, sizeof rep, 0) <= 0) return 4;
       if (at >= 0) rt[at] = now() - t0;
       for (int i = 0; i < NSIZES; i++) {
         void *p = NULL;
@@ -170,7 +146,7 @@ int main(int argc, char **argv) {
     mv[i] = median(vmm[i], n);
     mvr[i] = median(vmm_rr[i], n);
   }
-  close(sv[0]);
+  close(echo_fd);
   waitpid(echo, NULL, 0);
   xwrite(down[1], "x", 1);
   waitpid(pid, NULL, 0);

@@ -5,6 +5,7 @@
  * (ascend_ipc/_vmm.py) owns lifetimes; an import, which waits on another
  * process, runs with the GIL released.
  */
+#include "ipchandle.h"
 #include "module.h"
 #include "vmm.h"
 
@@ -211,29 +212,20 @@ static PyObject *fn_set_pids(PyObject *module, PyObject *args) {
   unsigned long long shareable;
   PyObject *pids_obj;
   if (!PyArg_ParseTuple(args, "KO:_vmm_set_pids", &shareable, &pids_obj)) return NULL;
-  PyObject *seq = PySequence_Fast(pids_obj, "pids must be a sequence of ints");
-  if (!seq) return NULL;
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  int32_t *pids = n > 0 ? PyMem_New(int32_t, (size_t)n) : NULL;
+  Py_ssize_t n;
+  int32_t *pids = aipc_py_parse_pids(pids_obj, &n);
+  if (!pids) return NULL;
   PyObject *result = NULL;
-  if (n > 0 && !pids) {
-    PyErr_NoMemory();
-    goto done;
-  }
   for (Py_ssize_t i = 0; i < n; i++) {
-    long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
-    if (v == -1 && PyErr_Occurred()) goto done;
-    if (v <= 0 || v > INT32_MAX) {
-      PyErr_Format(PyExc_ValueError, "pids[%zd] = %ld is not a process id", i, v);
+    if (pids[i] <= 0) {
+      PyErr_Format(PyExc_ValueError, "pids[%zd] = %d is not a process id", i, (int)pids[i]);
       goto done;
     }
-    pids[i] = (int32_t)v;
   }
   if (n > 0) NOTE(mem_set_pid_to_shareable_handle, (uint64_t)shareable, pids, (size_t)n);
   result = checked(st, &f, Py_NewRef(Py_None));
 done:
   PyMem_Free(pids);
-  Py_DECREF(seq);
   return result;
 }
 

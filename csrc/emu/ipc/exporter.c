@@ -788,6 +788,15 @@ static void close_fds(void) {
 }
 
 /* Starts the server thread once. g.lock held. */
+/* Makes the bound socket fd a listener whose every packet carries its
+ * sender's credentials (checked per request). 0, or -1 with errno and *what. */
+static int start_listening(int fd, const char **what) {
+  *what = "setsockopt(SO_PASSCRED)";
+  if (aipc__os_pass_credentials(fd) != 0) return -1;
+  *what = "listen";
+  return listen(fd, LISTEN_BACKLOG);
+}
+
 static aclError server_start(const char *call) {
   if (g.server_running) return ACL_SUCCESS;
   if (aipc__self_get(&g.pid, &g.nonce) != 0)
@@ -801,11 +810,7 @@ static aclError server_start(const char *call) {
   if (g.listen_fd < 0) goto fail;
   what = "bind";
   if (bind(g.listen_fd, (struct sockaddr *)&sa, salen) != 0) goto fail;
-  what = "setsockopt(SO_PASSCRED)";
-  /* Every packet then carries its sender's credentials, checked per request. */
-  if (aipc__os_pass_credentials(g.listen_fd) != 0) goto fail;
-  what = "listen";
-  if (listen(g.listen_fd, LISTEN_BACKLOG) != 0) goto fail;
+  if (start_listening(g.listen_fd, &what) != 0) goto fail;
   what = "epoll_create1";
   g.poller_fd = aipc__os_poller_create();
   if (g.poller_fd < 0) goto fail;
@@ -1002,7 +1007,6 @@ static aclError door_open(const char *call) {
   uint32_t door = 0;
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) goto fail;
-  what = "bind";
   for (int tries = 0;; tries++) {
     what = "getrandom";
     door = 0;
@@ -1014,10 +1018,7 @@ static aclError door_open(const char *call) {
     if (bind(fd, (struct sockaddr *)&sa, salen) == 0) break;
     if (errno != EADDRINUSE || tries == 16) goto fail;
   }
-  what = "setsockopt(SO_PASSCRED)";
-  if (aipc__os_pass_credentials(fd) != 0) goto fail;
-  what = "listen";
-  if (listen(fd, LISTEN_BACKLOG) != 0) goto fail;
+  if (start_listening(fd, &what) != 0) goto fail;
   what = "epoll_ctl";
   /* While accepting is paused for lack of descriptors, resume_listen adds it. */
   if (!g.listen_paused && aipc__os_poller_add(g.poller_fd, fd, &door_tag) != 0) goto fail;

@@ -788,7 +788,9 @@ static aclError import_register(const char *call, aipc__cconn *c, const aipc__ke
   return ACL_SUCCESS;
 }
 
-aclError aipc__importer_import(const char *call, const aipc__key *k, uint64_t flags, void **devPtr) {
+/* One import on the connection to k's exporter: the grant is mapped and
+ * recorded (devPtr not NULL), or left in *gr with its memfd the caller's. */
+static aclError import_via(const char *call, const aipc__key *k, uint64_t flags, void **devPtr, granted *gr) {
   pthread_mutex_lock(&g.lock);
   aipc__cconn *c = conn_get(k->pid, k->nonce);
   pthread_mutex_unlock(&g.lock);
@@ -796,9 +798,8 @@ aclError aipc__importer_import(const char *call, const aipc__key *k, uint64_t fl
 
   uint64_t deadline = now_ms() + (uint64_t)aipc__config_get()->timeout_ms;
   pthread_mutex_lock(&c->mu);
-  granted gr;
-  aclError rc = import_remote(call, c, k, flags, deadline, &gr);
-  if (rc == ACL_SUCCESS) rc = import_register(call, c, k, &gr, devPtr);
+  aclError rc = import_remote(call, c, k, flags, deadline, gr);
+  if (rc == ACL_SUCCESS && devPtr) rc = import_register(call, c, k, gr, devPtr);
   pthread_mutex_unlock(&c->mu);
 
   pthread_mutex_lock(&g.lock);
@@ -807,25 +808,19 @@ aclError aipc__importer_import(const char *call, const aipc__key *k, uint64_t fl
   return rc;
 }
 
-aclError aipc__importer_fetch(const char *call, const aipc__key *k, int *memfd, uint64_t *size, int32_t *device) {
-  pthread_mutex_lock(&g.lock);
-  aipc__cconn *c = conn_get(k->pid, k->nonce);
-  pthread_mutex_unlock(&g.lock);
-  if (!c) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
-
-  uint64_t deadline = now_ms() + (uint64_t)aipc__config_get()->timeout_ms;
-  pthread_mutex_lock(&c->mu);
+aclError aipc__importer_import(const char *call, const aipc__key *k, uint64_t flags, void **devPtr) {
   granted gr;
-  aclError rc = import_remote(call, c, k, 0, deadline, &gr);
-  pthread_mutex_unlock(&c->mu);
+  return import_via(call, k, flags, devPtr, &gr);
+}
+
+aclError aipc__importer_fetch(const char *call, const aipc__key *k, int *memfd, uint64_t *size, int32_t *device) {
+  granted gr;
+  aclError rc = import_via(call, k, 0, NULL, &gr);
   if (rc == ACL_SUCCESS) {
     *memfd = gr.memfd;
     *size = gr.size;
     *device = gr.device;
   }
-  pthread_mutex_lock(&g.lock);
-  conn_put(c);
-  pthread_mutex_unlock(&g.lock);
   return rc;
 }
 
