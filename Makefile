@@ -8,6 +8,7 @@
 #   make fuzz       FUZZ_TIME seconds of fuzzing per target; make fuzz-replay: the corpus
 #   make test-matrix  the Python tests on every other Python pyproject.toml claims (3.10, 3.12,
 #                   3.13; 3.11 is make test's), each in .venv-<version> without torch
+#   make wheel      dist/: the sdist and manylinux2014 wheels for 3.10-3.13; make wheel-check tests them (docs/install.md)
 
 CC ?= cc
 PYTHON ?= python3
@@ -50,7 +51,8 @@ EXAMPLES = $(patsubst examples/c/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
 RPATH = -Wl,-rpath,'$$ORIGIN/..'
 
-.PHONY: all lib test test-c test-py test-py-asan test-matrix demo demo-c bench bench-c test-hw valgrind clean venv
+.PHONY: all lib test test-c test-py test-py-asan test-matrix demo demo-c bench bench-c test-hw valgrind clean venv \
+  wheel wheel-check
 
 all: lib
 
@@ -96,7 +98,10 @@ demo-c: $(EXAMPLES)
 # (torch pinned in pyproject.toml). One rule makes each:
 #   $(1) its folder; $(2) pip's way in for the package (-e: editable);
 #   $(3) the environment of a last reinstall of the package alone (a
-#        sanitized build that no later install may replace), or empty.
+#        sanitized build that no later install may replace), or empty;
+#   $(4) the extras. The dev venv adds `ray` (tests/python/test_ray.py); the
+#        ASan one does not: Ray's own native workers under an LD_PRELOADed
+#        ASan are not worth the trouble, and the Ray test skips there.
 VENV ?= .venv
 VPY = $(VENV)/bin/python
 ASAN_VENV = .venv-asan
@@ -106,12 +111,13 @@ define VENV_RULE
 $(1)/.installed: $$(PY_SRCS)
 	test -x $(1)/bin/python || $$(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install -q setuptools wheel numpy
-	$(1)/bin/python -m pip install -q --no-build-isolation $(2) '.[test]'
+	$(1)/bin/python -m pip install -q --no-build-isolation $(2) '.[$(4)]'
 	$(if $(3),$(3) $(1)/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps .)
 	touch $$@
 endef
-$(eval $(call VENV_RULE,$(VENV),-e,))
-$(eval $(call VENV_RULE,$(ASAN_VENV),,ASCEND_IPC_SANITIZE=1))
+VENV_EXTRAS = test,ray
+$(eval $(call VENV_RULE,$(VENV),-e,,$(VENV_EXTRAS)))
+$(eval $(call VENV_RULE,$(ASAN_VENV),,ASCEND_IPC_SANITIZE=1,test))
 
 venv: $(VENV)/.installed
 
@@ -143,6 +149,26 @@ test-matrix: lib
 	  (cd tests && ../.venv-$$v/bin/python -m pytest -q -p no:cacheprovider python); \
 	done
 
+# What gets published (docs/install.md): the sdist, then for each Python one wheel
+# built from it by zig cc against glibc 2.17 and tagged manylinux2014 by auditwheel.
+# The tools, pinned in packaging/requirements-wheel.txt, live in .venv-tools.
+# wheel-check checks what dist/ holds: each wheel's tag, each wheel and the sdist
+# installed in a fresh venv and run through packaging/smoke.py.
+TOOLS_VENV = .venv-tools
+WHEEL_PYTHONS ?= 3.10 3.11 3.12 3.13
+WHEEL_ENV = TOOLS=$(TOOLS_VENV) PYTHONS="$(WHEEL_PYTHONS)" PYTHON=$(PYTHON)
+
+$(TOOLS_VENV)/.installed: packaging/requirements-wheel.txt
+	test -x $(TOOLS_VENV)/bin/python || $(PYTHON) -m venv $(TOOLS_VENV)
+	$(TOOLS_VENV)/bin/python -m pip install -q -r packaging/requirements-wheel.txt
+	touch $@
+
+wheel: $(TOOLS_VENV)/.installed
+	$(WHEEL_ENV) packaging/build_wheels.sh build
+
+wheel-check: $(TOOLS_VENV)/.installed
+	$(WHEEL_ENV) packaging/build_wheels.sh check
+
 # Checks that need real NPUs and the CANN toolkit (skipped elsewhere).
 test-hw: $(VENV)/.installed lib
 	ASCEND_IPC_HARDWARE=1 $(VPY) -m pytest -ra tests/python/test_hardware.py
@@ -160,6 +186,7 @@ demo: $(VENV)/.installed
 # what pytest and hypothesis leave behind.
 clean:
 	rm -rf build build-asan build-tsan $(FUZZ_OUT) $(VENV) $(ASAN_VENV) .venv-3.* ascend_ipc.egg-info
+	rm -rf dist build-wheel $(TOOLS_VENV)
 	rm -f ascend_ipc/_C*.so
 	rm -rf .pytest_cache .hypothesis tests/.pytest_cache tests/.hypothesis
 	find ascend_ipc tests benchmarks examples -name __pycache__ -prune -exec rm -rf {} +

@@ -1,9 +1,13 @@
 """Command line entry point: ``python -m ascend_ipc <command>``.
 
 Commands:
-  info   the package version, the provider (its library, version and why it was
-         chosen), and each device with its memory
-  demo   the producer/four-workers demo (same as ``python -m ascend_ipc.demo``)
+  info    the package version, the provider (its library, version and why it was
+          chosen), and each device with its memory
+  doctor  checks what makes sharing fail on real machines (open-file limit, provider
+          and CANN versions, namespaces, Yama, a sharing round trip) and says how
+          to fix each; exit status 1 when something needs fixing, else 0
+          (warnings included); docs/doctor.md
+  demo    the producer/four-workers demo (same as ``python -m ascend_ipc.demo``)
 """
 
 from __future__ import annotations
@@ -113,6 +117,12 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from ascend_ipc import _doctor
+
+    return _doctor.run(as_json=args.json, verbose=args.verbose)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -122,6 +132,16 @@ def _parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="print the version, the provider and the devices with their memory")
     info.add_argument("--json", action="store_true", help="print the same information as JSON")
     info.set_defaults(func=_cmd_info)
+    doctor = sub.add_parser(
+        "doctor",
+        help="check what makes sharing fail here and say how to fix it (exit status 1 if something must be fixed)",
+        description="Checks the open-file limit, the provider and CANN versions, the PID and network namespaces, "
+        "Yama's ptrace_scope, and shares a page with a child process. One line per check: ok, info, warn or "
+        "FAIL, with the fix for each that is not ok. Exit status: 1 if any check FAILs, else 0.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("-v", "--verbose", action="store_true", help="print the details of every check")
+    doctor.set_defaults(func=_cmd_doctor)
     sub.add_parser(
         "demo",
         help="run the producer / four-workers demo (options: python -m ascend_ipc.demo --help)",

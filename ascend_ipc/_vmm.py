@@ -24,7 +24,7 @@ import threading
 import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from . import _C
+from . import _C, _place
 from ._C import AclError, DeviceArray
 
 __all__ = ["PhysicalMemory", "ShareableHandle", "VirtualRange", "MappedHandle", "granularity", "share_mapped"]
@@ -100,7 +100,7 @@ class PhysicalMemory:
         value = _shareable_number(self.handle, want is not None)
         if want:
             _C._vmm_set_pids(value, want)
-        return ShareableHandle(value, self.size, self.device, os.getpid())
+        return ShareableHandle(value, self.size, self.device, os.getpid(), _place.here())
 
     def close(self) -> None:
         """Gives this handle back (aclrtFreePhysical); idempotent."""
@@ -130,19 +130,25 @@ class ShareableHandle:
     (export(pids=...)) decides, unless it exported with pids=None.
     """
 
-    __slots__ = ("value", "size", "device", "pid")
+    __slots__ = ("value", "size", "device", "pid", "place")
 
-    def __init__(self, value: int, size: int, device: int, pid: int) -> None:
+    def __init__(self, value: int, size: int, device: int, pid: int, place: Optional[_place.Place] = None) -> None:
         self.value, self.size, self.device, self.pid = int(value), int(size), int(device), int(pid)
+        # where the exporter runs (None: unknown, e.g. a number from a C program)
+        self.place = None if place is None else (str(place[0]), int(place[1]), int(place[2]))
 
     def open(self, device: Optional[int] = None) -> PhysicalMemory:
         """This process's PhysicalMemory over the exporter's (on device, default: the exporter's id)."""
         dev = self.device if device is None else int(device)
+        if _C.provider() == "emulated":
+            # The emulator's door is a socket of the exporter's network namespace; on NPUs
+            # the driver shares across containers, so only the emulator refuses.
+            _place.check(self.place, "aclrtMemImportFromShareableHandle", f"shareable handle 0x{self.value:016x}")
         handle = _C._vmm_import(self.value, dev)
         return PhysicalMemory._from_handle(handle, self.size, dev, True)
 
     def __reduce__(self):
-        return (ShareableHandle, (self.value, self.size, self.device, self.pid))
+        return (ShareableHandle, (self.value, self.size, self.device, self.pid, self.place))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ShareableHandle) and self.value == other.value

@@ -170,7 +170,7 @@ static aclError block_memfd(int32_t dev, size_t len, int *fd_out) {
     int e = errno;
     char limit[320];
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot create the memory of an allocation on device %d: %s",
-                      (int)dev, e == EMFILE || e == ENFILE ? aipc__os_fd_limit_text(limit, sizeof limit) : strerror(e));
+                      (int)dev, aipc__os_memfd_error_text(e, limit, sizeof limit));
   }
   *fd_out = fd;
   return ACL_SUCCESS;
@@ -328,7 +328,7 @@ aclError aipc__mem_sync_alloc(const char *call, int32_t device, void **base) {
     int e = errno;
     char limit[320];
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: cannot create the shared state: %s", call,
-                      e == EMFILE || e == ENFILE ? aipc__os_fd_limit_text(limit, sizeof limit) : strerror(e));
+                      aipc__os_memfd_error_text(e, limit, sizeof limit));
   }
   void *p = aipc__os_map_shared(fd, AIPC_PAGE_SIZE);
   if (!p) {

@@ -226,7 +226,7 @@ aclError aipc__emu_malloc_physical(aclrtDrvMemHandle *handle, size_t size, const
     char limit[320];
     aipc__mem_uncharge(dev, len);
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": cannot create the memory of a physical allocation: %s",
-                      e == EMFILE || e == ENFILE ? aipc__os_fd_limit_text(limit, sizeof limit) : strerror(e));
+                      aipc__os_memfd_error_text(e, limit, sizeof limit));
   }
   pthread_mutex_lock(&g.mu);
   rc = phys_add(C, fd, len, gran, dev, false, handle);

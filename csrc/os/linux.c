@@ -14,11 +14,47 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <linux/futex.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "os/os.h"
+
+/*
+ * memfd_create and getrandom go through syscall(): their glibc wrappers
+ * (2.27, 2.25) are newer than the oldest glibc the wheels run on (2.17), the
+ * system calls themselves older (Linux 3.17). Headers of such a glibc may
+ * lack the names below (the seals: os.h); the numbers are the kernel's ABI.
+ */
+#ifndef SYS_memfd_create
+#if defined(__NR_memfd_create)
+#define SYS_memfd_create __NR_memfd_create
+#elif defined(__x86_64__)
+#define SYS_memfd_create 319
+#elif defined(__aarch64__)
+#define SYS_memfd_create 279
+#else
+#error "SYS_memfd_create: the number of memfd_create on this architecture is not known here"
+#endif
+#endif
+#ifndef SYS_getrandom
+#if defined(__NR_getrandom)
+#define SYS_getrandom __NR_getrandom
+#elif defined(__x86_64__)
+#define SYS_getrandom 318
+#elif defined(__aarch64__)
+#define SYS_getrandom 278
+#else
+#error "SYS_getrandom: the number of getrandom on this architecture is not known here"
+#endif
+#endif
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 0x0001U
+#endif
+#ifndef MFD_ALLOW_SEALING
+#define MFD_ALLOW_SEALING 0x0002U
+#endif
 
 static uint64_t ms_of(clockid_t clock) {
   struct timespec ts;
@@ -62,7 +98,8 @@ int aipc__os_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg) {
 }
 
 int aipc__os_memfd(const char *name, bool sealable) {
-  return memfd_create(name, MFD_CLOEXEC | (sealable ? MFD_ALLOW_SEALING : 0));
+  unsigned flags = MFD_CLOEXEC | (sealable ? MFD_ALLOW_SEALING : 0);
+  return (int)syscall(SYS_memfd_create, name, flags);
 }
 
 int aipc__os_memfd_sealed(const char *name, uint64_t size) {
@@ -80,6 +117,36 @@ int aipc__os_memfd_sealed(const char *name, uint64_t size) {
 void *aipc__os_map_shared(int fd, size_t size) {
   void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? NULL : p;
+}
+
+const char *aipc__os_memfd_error_text(int e, char *buf, size_t cap) {
+  if (e == EMFILE || e == ENFILE) return aipc__os_fd_limit_text(buf, cap);
+  if (e != ENOSYS) return strerror(e);
+  struct utsname u;
+  snprintf(buf, cap,
+           "memfd_create is not available, and the emulated NPU keeps its memory in memfds: it needs Linux "
+           "3.17 or newer (this kernel is %s) and no sandbox that forbids the call; on NPUs, ASCEND_IPC_PROVIDER=cann "
+           "does not need it",
+           uname(&u) == 0 ? u.release : "unknown");
+  return buf;
+}
+
+/* Kernels before 3.17 have no getrandom: /dev/urandom serves there, so a
+ * process on one gets as far as its first memfd and the error that names it. */
+static ssize_t read_urandom(void *buf, size_t n) {
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t r = read(fd, buf, n);
+  int e = errno;
+  close(fd);
+  errno = e;
+  return r;
+}
+
+ssize_t aipc__os_getrandom(void *buf, size_t n) {
+  long r = syscall(SYS_getrandom, buf, n, 0u);
+  if (r < 0 && errno == ENOSYS) return read_urandom(buf, n);
+  return (ssize_t)r;
 }
 
 bool aipc__os_raise_fd_limit(void) {
@@ -324,8 +391,40 @@ bool aipc__os_process_alive(pid_t pid, uint64_t start) {
   return now == start && state != 'Z' && state != 'X'; /* a zombie runs nothing more */
 }
 
-uint64_t aipc__os_pid_namespace(void) {
+static uint64_t namespace_id(const char *link) {
   struct stat st;
-  if (stat("/proc/self/ns/pid", &st) != 0) return 0;
+  if (stat(link, &st) != 0) return 0;
   return (uint64_t)st.st_dev << 32 ^ (uint64_t)st.st_ino;
+}
+
+uint64_t aipc__os_pid_namespace(void) { return namespace_id("/proc/self/ns/pid"); }
+uint64_t aipc__os_net_namespace(void) { return namespace_id("/proc/self/ns/net"); }
+
+/* Read once, at load while descriptors are to spare, and again only if that
+ * failed: a process at its descriptor limit still knows its host. */
+static uint64_t host_boot;
+
+static uint64_t read_host_boot(void) {
+  char text[64];
+  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, text, sizeof text);
+  close(fd);
+  if (n <= 0) return 0;
+  uint64_t h = 0xcbf29ce484222325u; /* FNV-1a: spreads the text's bits over all 64 */
+  for (ssize_t i = 0; i < n; i++) h = (h ^ (unsigned char)text[i]) * 0x100000001b3u;
+  return h;
+}
+
+__attribute__((constructor)) static void host_boot_at_load(void) {
+  __atomic_store_n(&host_boot, read_host_boot(), __ATOMIC_RELAXED);
+}
+
+uint64_t aipc__os_host_boot(void) {
+  uint64_t h = __atomic_load_n(&host_boot, __ATOMIC_RELAXED);
+  if (h == 0) {
+    h = read_host_boot();
+    __atomic_store_n(&host_boot, h, __ATOMIC_RELAXED);
+  }
+  return h;
 }

@@ -12,6 +12,27 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/*
+ * Linux constants the headers of an older C library lack (glibc 2.17 knows
+ * no seals and no MAP_FIXED_NOREPLACE), for the files that include this one
+ * after <fcntl.h> and <sys/mman.h>. Spelt as glibc spells them, so that a
+ * header read later defines them again identically. A kernel without
+ * MAP_FIXED_NOREPLACE (before 4.17) takes the address as a hint.
+ */
+#ifndef F_ADD_SEALS
+#define F_ADD_SEALS 1033
+#define F_GET_SEALS 1034
+#endif
+#ifndef F_SEAL_SEAL
+#define F_SEAL_SEAL 0x0001
+#define F_SEAL_SHRINK 0x0002
+#define F_SEAL_GROW 0x0004
+#define F_SEAL_WRITE 0x0008
+#endif
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
 /* ---- clocks ------------------------------------------------------------- */
 
 /* Milliseconds of CLOCK_MONOTONIC. */
@@ -37,6 +58,12 @@ bool aipc__os_process_alive(pid_t pid, uint64_t start);
 /* An id of this process's pid namespace (0 if unknown): pids mean the same
  * process only between processes with the same one. */
 uint64_t aipc__os_pid_namespace(void);
+/* The same for the network namespace: abstract sockets are seen only from
+ * their own one. */
+uint64_t aipc__os_net_namespace(void);
+/* An id of this boot of this host (a hash of the kernel's boot id; 0 if
+ * unknown): containers on one host share it, two hosts never do. */
+uint64_t aipc__os_host_boot(void);
 
 /* ---- threads ------------------------------------------------------------ */
 
@@ -58,6 +85,19 @@ int aipc__os_memfd(const char *name, bool sealable);
 int aipc__os_memfd_sealed(const char *name, uint64_t size);
 /* Maps size bytes of fd shared and writable; NULL on failure (errno set). */
 void *aipc__os_map_shared(int fd, size_t size);
+/*
+ * What to tell the user when aipc__os_memfd* failed with errno e: for
+ * EMFILE/ENFILE aipc__os_fd_limit_text, for ENOSYS (no memfd_create: Linux
+ * before 3.17, or a sandbox that forbids it) what the emulator needs,
+ * otherwise strerror(e). Returns buf or a constant string.
+ */
+const char *aipc__os_memfd_error_text(int e, char *buf, size_t cap);
+
+/* ---- randomness ------------------------------------------------------------ */
+
+/* getrandom(buf, n, 0): up to n bytes from the kernel's generator; the count,
+ * or -1 and errno (EINTR: call again). */
+ssize_t aipc__os_getrandom(void *buf, size_t n);
 
 /* ---- the descriptor limit -------------------------------------------------- */
 

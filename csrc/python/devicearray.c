@@ -582,7 +582,7 @@ static PyGetSetDef array_getset[] = {
     {"data_ptr", get_data_ptr, NULL, "Device address (CANN pointer) of element 0, as an int.", NULL},
     {"allocation_size", get_allocation_size, NULL,
      "Bytes of the underlying allocation (page-rounded; what an export covers).", NULL},
-    {NULL},
+    {0},
 };
 
 /* Each docstring starts with a text signature ("name($self, ...)\n--\n\n"). */
@@ -617,7 +617,7 @@ static PyMethodDef array_methods[] = {
      "max_version >= (1, 0), else dltensor."},
     {"__dlpack_device__", aipc_py_array_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\nThe memory's DLPack device: (device_type, device_id)."},
-    {NULL},
+    {0},
 };
 
 static PyObject *array_repr(PyObject *op) {

@@ -8,11 +8,11 @@
  * capsule's destructor calls it if no consumer took the capsule (its name is
  * still "dltensor[_versioned]"), else the consumer does, from any thread.
  */
-#include <string.h>
-
-#include "devicearray.h"
+#include "devicearray.h" /* Python.h first: it sets the feature macros */
 #include "dlpack_abi.h"
 #include "dtype.h"
+
+#include <string.h>
 
 typedef struct dlpack_ctx {
   union {

@@ -2,8 +2,8 @@
 #ifndef ASCEND_IPC_PYTHON_DTYPE_H_
 #define ASCEND_IPC_PYTHON_DTYPE_H_
 
+#include "module.h" /* Python.h first: it sets the feature macros */
 #include "dlpack_abi.h"
-#include "module.h"
 
 /* A new reference to the dtype obj names (anything numpy.dtype() accepts),
  * or NULL with TypeError if it is not one of: bool, int8..int64,

@@ -1,7 +1,7 @@
 /* Event: aclrtCreateEventExWithFlag for Python, and IPC events (see stream.h). */
-#include <string.h>
+#include "stream.h" /* Python.h first: it sets the feature macros */
 
-#include "stream.h"
+#include <string.h>
 
 #define SELF ((aipc_py_event *)op)
 
@@ -327,7 +327,7 @@ static PyGetSetDef event_getset[] = {
      "An IPC event's aclrtIpcEventHandle, 64 bytes (None for other events): whoever holds it may wait on and "
      "record the event.",
      NULL},
-    {NULL},
+    {0},
 };
 
 static PyMethodDef event_methods[] = {
@@ -356,7 +356,7 @@ static PyMethodDef event_methods[] = {
      "__reduce__($self, /)\n--\n\nAn IPC event pickles as its handle; unpickling opens it."},
     {"__enter__", event_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nThe event itself."},
     {"__exit__", event_exit, METH_VARARGS, "__exit__($self, /, *exc_info)\n--\n\nCloses the event."},
-    {NULL},
+    {0},
 };
 
 static void event_dealloc(PyObject *op) {

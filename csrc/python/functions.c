@@ -657,5 +657,5 @@ PyMethodDef aipc_py_module_functions[] = {
      "_live_allocations($module, /)\n--\n\n"
      "The live allocations of this process: a list of (base, size, device, kind)\n"
      "(internal, for tests)."},
-    {NULL},
+    {0},
 };

@@ -595,7 +595,7 @@ static PyGetSetDef handle_getset[] = {
      "Exporter side: True if the whitelist is enforced, False if any process of this user may import; "
      "None elsewhere.",
      NULL},
-    {NULL},
+    {0},
 };
 
 /* Each docstring starts with a text signature ("name($self, ...)\n--\n\n"). */
@@ -625,7 +625,7 @@ static PyMethodDef handle_methods[] = {
      "__reduce__($self, /)\n--\n\nPlain values to rebuild the handle from; unpickling imports nothing."},
     {"__enter__", handle_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nThe handle itself."},
     {"__exit__", handle_exit, METH_VARARGS, "__exit__($self, /, *exc_info)\n--\n\nCloses the handle."},
-    {NULL},
+    {0},
 };
 
 static int handle_traverse(PyObject *op, visitproc visit, void *arg) {

@@ -165,7 +165,7 @@ static PyGetSetDef stream_getset[] = {
     {"device", get_device, NULL, "The device the stream was created on.", NULL},
     {"closed", get_closed, NULL, "True after close().", NULL},
     {"handle", get_handle, NULL, "The aclrtStream, as an int (for C code; 0 once closed).", NULL},
-    {NULL},
+    {0},
 };
 
 static PyMethodDef stream_methods[] = {
@@ -182,7 +182,7 @@ static PyMethodDef stream_methods[] = {
      "close($self, /)\n--\n\nWaits for the queued work and destroys the stream (aclrtDestroyStream)."},
     {"__enter__", stream_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nThe stream itself."},
     {"__exit__", stream_exit, METH_VARARGS, "__exit__($self, /, *exc_info)\n--\n\nCloses the stream."},
-    {NULL},
+    {0},
 };
 
 static int stream_traverse(PyObject *op, visitproc visit, void *arg) {

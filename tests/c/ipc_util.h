@@ -144,13 +144,15 @@ static inline int check_pattern(const void *p, size_t n, uint32_t seed) {
 
 /* ---- the key format, for crafting forged keys (see docs/design-ipc.md) ---- */
 
-#define KEY_PREFIX "aipc1."
-#define KEY_REC 40
+#define KEY_PREFIX "aipc2."
+#define KEY_REC 42
+#define KEY_CHARS 62
 
 typedef struct key_rec {
   uint32_t pid, sdid;
-  uint64_t nonce, id;
+  uint64_t nonce, id; /* the nonce has 48 bits */
   uint8_t secret[16];
+  uint32_t place; /* last, so that {pid, sdid, nonce, id, secret} initialisers leave it 0: unknown */
 } key_rec;
 
 static inline int b64v_(char c) {
@@ -159,8 +161,9 @@ static inline int b64v_(char c) {
   return p ? (int)(p - a) : -1;
 }
 
+/* The record's layout, little-endian: pid 4, sdid 4, nonce 6, place 4, id 8, secret 16. */
 static inline key_rec key_decode(const char *key) {
-  CHECK(strlen(key) == 60 && strncmp(key, KEY_PREFIX, 6) == 0);
+  CHECK(strlen(key) == KEY_CHARS && strncmp(key, KEY_PREFIX, 6) == 0);
   uint8_t r[KEY_REC + 2] = {0};
   uint32_t acc = 0;
   int bits = 0, n = 0;
@@ -173,13 +176,30 @@ static inline key_rec key_decode(const char *key) {
     }
   }
   CHECK_EQ(n, KEY_REC);
-  key_rec k;
+  key_rec k = {0};
   memcpy(&k.pid, r, 4);
   memcpy(&k.sdid, r + 4, 4);
-  memcpy(&k.nonce, r + 8, 8);
-  memcpy(&k.id, r + 16, 8);
-  memcpy(k.secret, r + 24, 16);
+  memcpy(&k.nonce, r + 8, 6);
+  memcpy(&k.place, r + 14, 4);
+  memcpy(&k.id, r + 18, 8);
+  memcpy(k.secret, r + 26, 16);
   return k;
+}
+
+/* This process's place, as its keys carry it: a key made up here must have
+ * it, or the runtime refuses it before any connection. */
+static inline uint32_t own_place(void) {
+  static uint32_t place;
+  if (place) return place;
+  void *p = NULL;
+  char key[KEYLEN] = {0};
+  CHECK(aclrtMalloc(&p, 4096, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
+  CHECK(aclrtIpcMemGetExportKey(p, 4096, key, KEYLEN, ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) ==
+        ACL_SUCCESS);
+  place = key_decode(key).place;
+  CHECK(aclrtIpcMemClose(key) == ACL_SUCCESS);
+  CHECK(aclrtFree(p) == ACL_SUCCESS);
+  return place;
 }
 
 static inline void key_encode(const key_rec *k, char out[KEYLEN]) {
@@ -187,9 +207,10 @@ static inline void key_encode(const key_rec *k, char out[KEYLEN]) {
   uint8_t r[KEY_REC];
   memcpy(r, &k->pid, 4);
   memcpy(r + 4, &k->sdid, 4);
-  memcpy(r + 8, &k->nonce, 8);
-  memcpy(r + 16, &k->id, 8);
-  memcpy(r + 24, k->secret, 16);
+  memcpy(r + 8, &k->nonce, 6);
+  memcpy(r + 14, &k->place, 4);
+  memcpy(r + 18, &k->id, 8);
+  memcpy(r + 26, k->secret, 16);
   strcpy(out, KEY_PREFIX);
   char *o = out + 6;
   uint32_t acc = 0;

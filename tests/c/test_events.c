@@ -309,7 +309,7 @@ TEST(ipc_handle_rules) {
   memcpy(bad.reserved, key, strlen(key));
   CHECK_MSG(aclrtIpcOpenEventHandle(bad, &opened), ACL_ERROR_INVALID_PARAM, "IPC memory key");
   char hkey[KEYLEN] = {0};
-  memcpy(hkey, h.reserved, 60);
+  memcpy(hkey, h.reserved, KEY_CHARS);
   void *q;
   CHECK_MSG(aclrtIpcMemImportByKey(&q, hkey, 0), ACL_ERROR_INVALID_PARAM, "IPC event handle");
   CHECK_MSG(aclrtIpcMemClose(hkey), ACL_ERROR_INVALID_PARAM, "IPC event handle");

@@ -634,7 +634,7 @@ static int import_once(chan *c, void *arg) {
 TEST(error_with_id_0_fails_the_waiting_import_with_its_status) {
   setenv("ASCEND_IPC_TIMEOUT_MS", under_valgrind() ? "3000" : "1000", 1);
   char key[KEYLEN];
-  int ls = fake_exporter_listen(0x0dd5eed0dd5eed00ull, 7, key);
+  int ls = fake_exporter_listen(0x0dd5eed0dd5eull, 7, key);
   chan c;
   chan_open(&c);
   int pid = chan_spawn(&c, import_once, NULL);

@@ -1383,7 +1383,7 @@ static int fake_importer(chan *c, void *arg) {
 TEST(hostile_exporter_replies_fail_cleanly) {
   set_timeout_ms(under_valgrind() ? 3000 : 500);
   char key[KEYLEN];
-  int ls = fake_exporter_listen(0x5eed5eed5eed5eedull, 42, key);
+  int ls = fake_exporter_listen(0x5eed5eed5eedull, 42, key);
   int mfd = memfd_create("fake_arena", MFD_CLOEXEC);
   CHECK(mfd >= 0 && ftruncate(mfd, PAGE) == 0);
   chan c;

@@ -44,7 +44,7 @@ TEST(argument_rules) {
   int32_t pid = getpid();
   CHECK_MSG(aclrtNotifySetImportPid(n, &pid, 1), ACL_ERROR_RT_PARAM_INVALID, "aclrtNotifyGetExportKey first");
   CHECK_OK(aclrtNotifyGetExportKey(n, key, KEYLEN, 0));
-  CHECK(strncmp(key, "aipn1.", 6) == 0 && strlen(key) == 60);
+  CHECK(strncmp(key, "aipn2.", 6) == 0 && strlen(key) == KEY_CHARS);
   CHECK_MSG(aclrtNotifyGetExportKey(n, key, KEYLEN, 0), ACL_ERROR_RT_INTERNAL_ERROR, "already an IPC notify");
   CHECK_ACL(aclrtNotifySetImportPid(n, NULL, 1), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtNotifySetImportPid(n, &pid, 0), ACL_ERROR_RT_PARAM_INVALID);
@@ -61,7 +61,7 @@ TEST(argument_rules) {
   CHECK_ACL(aclrtNotifyImportByKey(NULL, key, 0), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtNotifyImportByKey(&imp, NULL, 0), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtNotifyImportByKey(&imp, key, 4), ACL_ERROR_RT_PARAM_INVALID);
-  CHECK_ACL(aclrtNotifyImportByKey(&imp, "aipn1.nonsense", 0), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aclrtNotifyImportByKey(&imp, "aipn2.nonsense", 0), ACL_ERROR_INVALID_PARAM);
   /* the kinds of key do not mix */
   void *q;
   CHECK_MSG(aclrtIpcMemImportByKey(&q, key, 0), ACL_ERROR_INVALID_PARAM, "IPC notify key");
@@ -71,7 +71,7 @@ TEST(argument_rules) {
   /* relabelled: the exporter checks what the key names, whatever its prefix says */
   char relabel[KEYLEN];
   strcpy(relabel, mkey);
-  memcpy(relabel, "aipn1.", 6);
+  memcpy(relabel, "aipn2.", 6);
   CHECK_MSG(aclrtNotifyImportByKey(&imp, relabel, 0), ACL_ERROR_INVALID_PARAM, "not an IPC notify key");
   CHECK_OK(aclrtIpcMemClose(mkey));
   CHECK_OK(aclrtFree(p));

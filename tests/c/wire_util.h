@@ -59,8 +59,10 @@ static inline void put_header(uint8_t *b, uint16_t type, uint32_t len, uint64_t 
 static inline int fake_exporter_listen(uint64_t nonce, uint64_t id, char key[KEYLEN]) {
   key_rec k;
   memset(&k, 0, sizeof k);
+  CHECK((nonce >> 48) == 0); /* a nonce has 48 bits */
   k.pid = (uint32_t)getpid();
   k.nonce = nonce;
+  k.place = own_place();
   k.id = id;
   memset(key, 0, KEYLEN);
   key_encode(&k, key);

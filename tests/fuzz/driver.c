@@ -161,7 +161,7 @@ static const uint64_t interesting[] = {0,    1,    2,      3,          4,       
                                        0x7fffffff, 0x80000000u, 0xffffffffu, 0x43504941u /* "AIPC" */, 16384,
                                        0xffffffffffffffffull, 0x8000000000000000ull, 1ull << 47};
 
-static const char *const dict[] = {"aipc1.", "AIPC", "A", "_", "-", "=", "\0", "AAAA", "////"};
+static const char *const dict[] = {"aipc2.", "AIPC", "A", "_", "-", "=", "\0", "AAAA", "////"};
 
 static size_t mutate(uint8_t *d, size_t n, size_t max) {
   int k = 1 + (int)(rnd() % 6);

@@ -6,7 +6,7 @@
  * the NUL or past 65 bytes.
  *
  * Input: the key text (a NUL inside ends the string, as in C). The same
- * bytes, read as a 40-byte record (and a kind), also drive the format ->
+ * bytes, read as a 42-byte record (and a kind), also drive the format ->
  * parse round trip, and the kind check of aipc__key_parse_kind.
  */
 #include <stdint.h>
@@ -69,11 +69,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size >= AIPC_KEY_RECORD_LEN) {
     aipc__key k, back;
     k.kind = (aipc__object_kind)(data[size - 1] % AIPC_OBJECT_KIND_COUNT);
+    k.nonce = 0;
     memcpy(&k.pid, data, 4);
     memcpy(&k.sdid, data + 4, 4);
-    memcpy(&k.nonce, data + 8, 8);
-    memcpy(&k.export_id, data + 16, 8);
-    memcpy(k.secret, data + 24, AIPC_SECRET_LEN);
+    memcpy(&k.nonce, data + 8, 6); /* 48 bits */
+    memcpy(&k.place, data + 14, 4);
+    memcpy(&k.export_id, data + 18, 8);
+    memcpy(k.secret, data + 26, AIPC_SECRET_LEN);
     char text[AIPC_KEY_CHARS + 1];
     memset(text, 0x5a, sizeof text);
     aipc__key_format(&k, text);
@@ -84,7 +86,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int valid = k.pid != 0 && k.pid <= INT32_MAX && k.nonce != 0 && k.export_id != 0;
     FUZZ_CHECK((rc == ACL_SUCCESS) == valid);
     if (valid) {
-      FUZZ_CHECK(back.kind == k.kind && back.pid == k.pid && back.sdid == k.sdid && back.nonce == k.nonce && back.export_id == k.export_id);
+      FUZZ_CHECK(back.kind == k.kind && back.pid == k.pid && back.sdid == k.sdid && back.nonce == k.nonce && back.place == k.place &&
+                 back.export_id == k.export_id);
       FUZZ_CHECK(aipc__secret_equal(back.secret, k.secret));
     }
     /* a secret differing anywhere is not equal */

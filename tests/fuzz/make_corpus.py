@@ -28,27 +28,33 @@ def write(target, data):
 # ---- keys ------------------------------------------------------------------
 
 
-def key(pid=1234, sdid=0, nonce=0x1122334455667788, export_id=1, secret=bytes(range(16)), prefix=b"aipc1."):
-    rec = struct.pack("<IIQQ", pid, sdid, nonce, export_id) + secret
-    return prefix + base64.urlsafe_b64encode(rec).rstrip(b"=")
+def record(pid=1234, sdid=0, nonce=0x112233445566, place=0x9ABCDEF0, export_id=1, secret=bytes(range(16))):
+    # pid, sdid, nonce (48 bits), place, export id, secret: 42 bytes
+    return struct.pack("<II", pid, sdid) + nonce.to_bytes(6, "little") + struct.pack("<IQ", place, export_id) + secret
+
+
+def key(prefix=b"aipc2.", **fields):
+    return prefix + base64.urlsafe_b64encode(record(**fields))
 
 
 def keys():
     good = key()
     seeds = [
         good,
-        key(pid=0x7FFFFFFF, sdid=0xFFFFFFFF, nonce=2**64 - 1, export_id=2**64 - 1, secret=b"\xff" * 16),
-        key(pid=1, nonce=1, export_id=1, secret=bytes(16)),
+        key(pid=0x7FFFFFFF, sdid=0xFFFFFFFF, nonce=2**48 - 1, place=2**32 - 1, export_id=2**64 - 1, secret=b"\xff" * 16),
+        key(pid=1, nonce=1, place=0, export_id=1, secret=bytes(16)),
         key(pid=0), key(pid=0x80000000), key(nonce=0), key(export_id=0),
-        b"", b"a", b"aipc1.", b"aipc1", b"aipc2." + good[6:], b"AIPC1." + good[6:],
-        good[:-1], good + b"A", good[:-1] + b"B",  # truncated, too long, non-canonical
+        b"", b"a", b"aipc2.", b"aipc2", b"aipc1." + good[6:], b"aipc3." + good[6:], b"AIPC2." + good[6:],
+        good[:-1], good + b"A", good[:-1] + b"B",  # truncated, too long, changed last character
         good[:30] + b"=" + good[31:], good[:30] + b"+" + good[31:], good[:30] + b"/" + good[31:],
         good[:30] + b"\x00" + good[31:], good + b"\x00garbage after the NUL",
-        b"A" * 64, b"A" * 65, b"A" * 80, b"aipc1." + b"A" * 60,
+        b"A" * 64, b"A" * 65, b"A" * 80, b"aipc2." + b"A" * 60,
+        b"aipc1.0gQAAAAAAACId2ZVRDMiEQEAAAAAAAAAAAECAwQFBgcICQoLDA0ODw",  # a version-1 key
         bytes(range(1, 70)), bytes(range(128, 200)),
-        struct.pack("<IIQQ", 42, 0, 7, 9) + bytes(16),  # a raw record (drives the round trip)
-        key(prefix=b"aipn1."), key(prefix=b"aipe1."), key(prefix=b"aipx1."), key(prefix=b"aipn1.")[:-1],
-        struct.pack("<IIQQ", 42, 0, 7, 9) + bytes(15) + b"\x01",  # a raw record of another kind
+        record(pid=42, nonce=7, export_id=9, secret=bytes(16)),  # a raw record (drives the round trip)
+        key(prefix=b"aipn2."), key(prefix=b"aipe2."), key(prefix=b"aipv2."), key(prefix=b"aipx2."),
+        key(prefix=b"aipn2.")[:-1],
+        record(pid=42, nonce=7, export_id=9, secret=bytes(15) + b"\x01"),  # a raw record of another kind
     ]
     for s in seeds:
         write("key", s)
@@ -58,12 +64,12 @@ def keys():
 
 
 def handles():
-    good = key(prefix=b"aipe1.") + bytes(4)
+    good = key(prefix=b"aipe2.") + bytes(2)
     seeds = [
-        good, good[:60], good[:-1] + b"\x01", good[:61] + b"\x00\x00\xff",
-        key(prefix=b"aipc1.") + bytes(4), key(prefix=b"aipn1.") + bytes(4),
-        key(pid=0, prefix=b"aipe1.") + bytes(4), key(prefix=b"aipe1.")[:59] + bytes(5),
-        bytes(64), b"\xff" * 64, b"aipe1." + b"A" * 58, good + b"longer than a handle",
+        good, good[:62], good[:-1] + b"\x01", good[:63] + b"\xff",
+        key(prefix=b"aipc2.") + bytes(2), key(prefix=b"aipn2.") + bytes(2),
+        key(pid=0, prefix=b"aipe2.") + bytes(2), key(prefix=b"aipe2.")[:61] + bytes(3),
+        bytes(64), b"\xff" * 64, b"aipe2." + b"A" * 58, good + b"longer than a handle",
         # shareable handles of physical memory: door << 32 | 32 random bits, as 8 little-endian bytes
         struct.pack("<Q", 0x1234ABCD << 32 | 0x5A5A5A5A), struct.pack("<Q", 0x1234ABCD << 32), struct.pack("<Q", 0xFFFFFFFF),
         struct.pack("<Q", (1 << 64) - 1),

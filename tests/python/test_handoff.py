@@ -236,7 +236,7 @@ def _open_many_child(handles, q):
         q.put([int(a.numpy()[0]) for a in arrays])
         for a in arrays:
             a.close()
-        bad = list(handles[:5]) + [aipc.IpcHandle("aipc1." + "A" * 54, 4096)]
+        bad = list(handles[:5]) + [aipc.IpcHandle("aipc2." + "A" * 56, 4096)]
         live0 = _live()
         try:
             aipc.open_many(bad)

@@ -199,8 +199,8 @@ def near_keys(draw, real):
     if kind == "extend":
         return real + draw(st.text(KEY_ALPHABET, min_size=1, max_size=4))
     if kind == "shape":
-        return "aipc1." + draw(st.text(KEY_ALPHABET, min_size=54, max_size=54))
-    return draw(st.sampled_from(["aipc1.", "aipc2.", "AIPC1.", "aipc1"])) + real[6:]
+        return "aipc2." + draw(st.text(KEY_ALPHABET, min_size=56, max_size=56))
+    return draw(st.sampled_from(["aipc2.", "aipc1.", "aipc3.", "AIPC2.", "aipc2"])) + real[6:]
 
 
 any_text = st.text(max_size=80) | st.text(string.printable, max_size=70)

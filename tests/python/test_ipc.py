@@ -124,7 +124,7 @@ def test_handle_constructor_validation(kwargs, exc):
         aipc.IpcHandle(**kwargs)
 
 
-@pytest.mark.parametrize("key", ["forged", "aipc1." + "A" * 54, "aipc1." + "_" * 54, "x" * 64])
+@pytest.mark.parametrize("key", ["forged", "aipc2." + "A" * 56, "aipc2." + "_" * 56, "aipc1." + "A" * 54, "x" * 64])
 def test_forged_keys_fail_cleanly(key):
     with pytest.raises(aipc.AclError) as info:
         aipc.IpcHandle(key, 4096).open()

@@ -145,7 +145,7 @@ def test_plain_events_do_not_pickle():
 
 def test_ipc_event_pickles_as_its_handle():
     e = aipc.Event(ipc=True)
-    assert len(e.ipc_handle) == 64 and e.ipc_handle.startswith(b"aipe1.")
+    assert len(e.ipc_handle) == 64 and e.ipc_handle.startswith(b"aipe2.")
     opened = pickle.loads(pickle.dumps(e))
     assert opened.ipc and "opened" in repr(opened)
     s = aipc.Stream()

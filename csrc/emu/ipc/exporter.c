@@ -108,6 +108,7 @@ static struct exporter_state {
   pthread_mutex_t lock;
   uint32_t pid;   /* this process's name, once the server started */
   uint64_t nonce;
+  uint32_t place; /* where its socket is: keys carry it */
   uid_t euid;
   uint64_t next_export_id;
   uint64_t next_serial;
@@ -801,6 +802,7 @@ static aclError server_start(const char *call) {
   if (g.server_running) return ACL_SUCCESS;
   if (aipc__self_get(&g.pid, &g.nonce) != 0)
     return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: getrandom failed: %s", call, strerror(errno));
+  __atomic_store_n(&g.place, aipc__self_place(), __ATOMIC_RELAXED);
   g.euid = geteuid();
   g.listen_fd = g.poller_fd = g.wake_fd = g.door_fd = -1;
   struct sockaddr_un sa;
@@ -985,7 +987,7 @@ aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *d
   }
   aipc__mem_unlock();
   if (rc == ACL_SUCCESS) {
-    aipc__key_write(kind, g.pid, aipc__config_get()->sdid, g.nonce, e->id, e->secret, key);
+    aipc__key_write(kind, g.pid, aipc__config_get()->sdid, g.nonce, g.place, e->id, e->secret, key);
   } else {
     free(e);
   }
@@ -1084,7 +1086,8 @@ bool aipc__exporter_owns(const aipc__key *k) {
   /* A shareable handle names its exporter by door (nonce 0). */
   if (k->kind == AIPC_OBJECT_PHYSICAL && k->nonce == 0)
     return k->pid != 0 && k->pid == __atomic_load_n(&g.door, __ATOMIC_ACQUIRE);
-  return aipc__self_is(k->pid, k->nonce);
+  /* The place too: a key has one spelling, and that is the one issued here. */
+  return aipc__self_is(k->pid, k->nonce) && k->place == __atomic_load_n(&g.place, __ATOMIC_RELAXED);
 }
 
 /* g.lock held: the live export of this process that k names, or a recorded error. */

@@ -1,16 +1,43 @@
 /*
  * This process on the IPC layer: its pid and a random nonce, which together
- * name its exporter's socket and appear in every key it issues. A forked
- * child is a new process with a new name. Thread-safe.
+ * name its exporter's socket and appear in every key it issues, and its
+ * place, which keys carry too. A forked child is a new process with a new
+ * name. Thread-safe.
  */
 #ifndef ASCEND_IPC_EMU_IPC_IDENTITY_H_
 #define ASCEND_IPC_EMU_IPC_IDENTITY_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-/* This process's pid and nonce, chosen at the first call. 0, or -1 with errno (getrandom). */
+#include "acl/acl.h"
+
+/* This process's pid and nonce (48 bits, never 0), chosen at the first
+ * call. 0, or -1 with errno (getrandom). */
 int aipc__self_get(uint32_t *pid, uint64_t *nonce);
+/* Where this process was when it was named: its exporter's socket is there. */
+uint32_t aipc__self_place(void);
+
+/*
+ * A place: where a process runs, in the 32 bits a key has room for. 12 bits
+ * of its host's boot, 10 of its network namespace (abstract sockets, the
+ * exporter's included, are seen only from there) and 10 of its PID
+ * namespace (a key's pid means that process only there), each a hash; a
+ * part that cannot be read is 0, unknown. An import that cannot reach the
+ * exporter compares places to say why, instead of calling it gone.
+ */
+uint32_t aipc__place_here(void);
+/* When place theirs is not where this process is now: a sentence saying
+ * which part differs and what to do, written to buf; else NULL (the same,
+ * or unknown). */
+const char *aipc__place_differs(uint32_t theirs, char *buf, size_t cap);
+/* Before an import of a key of place theirs from the exporter named who:
+ * ACL_SUCCESS when the key was issued where this process is; else a
+ * recorded ACL_ERROR_RT_FEATURE_NOT_SUPPORT naming what differs, or
+ * ACL_ERROR_INVALID_PARAM when nothing known differs yet the places are not
+ * equal (a damaged or forged key: a key has one spelling). */
+aclError aipc__place_check(const char *call, const char *who, uint32_t theirs);
 /* Whether (pid, nonce) names this process. False before it has a name. */
 bool aipc__self_is(uint32_t pid, uint64_t nonce);
 /* Writes the abstract socket address of the exporter (pid, nonce) to sun

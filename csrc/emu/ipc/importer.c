@@ -304,7 +304,17 @@ static const char *exporter_name(uint32_t pid, uint64_t nonce, char buf[64]) {
   return buf;
 }
 
-static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, int connect_ms, int timeout_ms, int *out) {
+/* Why an exporter that cannot be reached or is not who it should be may be
+ * elsewhere rather than gone: a recorded ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+ * when its key's place is not here, else ACL_SUCCESS. */
+static aclError elsewhere(const char *call, const char *who, uint32_t place) {
+  char why[400];
+  if (!aipc__place_differs(place, why, sizeof why)) return ACL_SUCCESS;
+  return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "%s: %s cannot be reached from here: %s", call, who, why);
+}
+
+static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, uint32_t place, int connect_ms,
+                          int timeout_ms, int *out) {
   char who[64];
   exporter_name(pid, nonce, who);
   struct sockaddr_un sa;
@@ -328,6 +338,8 @@ static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, int co
     if (e == EAGAIN || e == ETIMEDOUT)
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
                         "%s: %s did not accept a connection within %d ms (overloaded?)", call, who, timeout_ms);
+    aclError far = e == ECONNREFUSED || e == ENOENT ? elsewhere(call, who, place) : ACL_SUCCESS;
+    if (far != ACL_SUCCESS) return far;
     if (e == ECONNREFUSED || e == ENOENT)
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
                         "%s: %s is gone (exited or finalized): its keys can no longer be imported", call, who);
@@ -340,6 +352,8 @@ static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, int co
    * could hand us memory of its choosing. */
   if (aipc__os_peer_cred(fd, &peer, &peer_uid) != 0 || (nonce != 0 && (uint32_t)peer != pid)) {
     close(fd);
+    aclError far = elsewhere(call, who, place);
+    if (far != ACL_SUCCESS) return far;
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: the socket of %s is served by another process (%d): key refused",
                       call, who, (int)peer);
   }
@@ -357,13 +371,13 @@ static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, int co
 
 /* Connects c. c->mu held on entry and on return, released while connecting;
  * if another thread connected meanwhile, its connection is used. */
-static aclError conn_open(const char *call, aipc__cconn *c, uint64_t deadline) {
+static aclError conn_open(const char *call, aipc__cconn *c, uint32_t place, uint64_t deadline) {
   int timeout_ms = aipc__config_get()->timeout_ms;
   uint64_t now = now_ms();
   int left = deadline > now ? (int)(deadline - now) : 1;
   pthread_mutex_unlock(&c->mu);
   int fd = -1;
-  aclError rc = sock_open(call, c->pid, c->nonce, left, timeout_ms, &fd);
+  aclError rc = sock_open(call, c->pid, c->nonce, place, left, timeout_ms, &fd);
   aipc__csock *s = rc == ACL_SUCCESS ? malloc(sizeof *s) : NULL;
   pthread_mutex_lock(&c->mu);
   if (rc != ACL_SUCCESS) return rc;
@@ -659,7 +673,7 @@ static aclError import_remote(const char *call, aipc__cconn *c, const aipc__key 
   for (int attempt = 0; attempt < 2; attempt++) {
     bool fresh = false;
     if (!c->sock) {
-      aclError rc = conn_open(call, c, deadline);
+      aclError rc = conn_open(call, c, k->place, deadline);
       if (rc != ACL_SUCCESS) return rc;
       fresh = true;
     }
@@ -791,6 +805,10 @@ static aclError import_register(const char *call, aipc__cconn *c, const aipc__ke
 /* One import on the connection to k's exporter: the grant is mapped and
  * recorded (devPtr not NULL), or left in *gr with its memfd the caller's. */
 static aclError import_via(const char *call, const aipc__key *k, uint64_t flags, void **devPtr, granted *gr) {
+  char who[64];
+  /* A door of shareable handles has no place: its number is all a handle carries. */
+  aclError placed = k->nonce == 0 ? ACL_SUCCESS : aipc__place_check(call, exporter_name(k->pid, k->nonce, who), k->place);
+  if (placed != ACL_SUCCESS) return placed;
   pthread_mutex_lock(&g.lock);
   aipc__cconn *c = conn_get(k->pid, k->nonce);
   pthread_mutex_unlock(&g.lock);

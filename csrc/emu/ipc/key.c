@@ -4,10 +4,10 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "core/error.h"
 #include "core/le.h"
+#include "os/os.h"
 
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
@@ -64,32 +64,32 @@ aclError aipc__shareable_parse(const char *call, uint64_t handle, aipc__key *out
 }
 
 void aipc__key_format(const aipc__key *k, char out[AIPC_KEY_CHARS + 1]) {
+  _Static_assert(AIPC_KEY_RECORD_LEN % 3 == 0, "a record is whole base64 groups: no padding, no partial character");
   uint8_t r[AIPC_KEY_RECORD_LEN];
   aipc__put32(r, k->pid);
   aipc__put32(r + 4, k->sdid);
-  aipc__put64(r + 8, k->nonce);
-  aipc__put64(r + 16, k->export_id);
-  memcpy(r + 24, k->secret, AIPC_SECRET_LEN);
+  aipc__put32(r + 8, (uint32_t)k->nonce);
+  r[12] = (uint8_t)(k->nonce >> 32);
+  r[13] = (uint8_t)(k->nonce >> 40);
+  aipc__put32(r + 14, k->place);
+  aipc__put64(r + 18, k->export_id);
+  memcpy(r + 26, k->secret, AIPC_SECRET_LEN);
   memcpy(out, kinds[(unsigned)k->kind < AIPC_OBJECT_KIND_COUNT ? k->kind : 0].prefix, AIPC_KEY_PREFIX_LEN);
   char *o = out + AIPC_KEY_PREFIX_LEN;
-  size_t i = 0;
-  for (; i + 3 <= AIPC_KEY_RECORD_LEN; i += 3) {
+  for (size_t i = 0; i < AIPC_KEY_RECORD_LEN; i += 3) {
     uint32_t v = (uint32_t)r[i] << 16 | (uint32_t)r[i + 1] << 8 | r[i + 2];
     *o++ = b64[(v >> 18) & 63];
     *o++ = b64[(v >> 12) & 63];
     *o++ = b64[(v >> 6) & 63];
     *o++ = b64[v & 63];
   }
-  /* 40 = 13 * 3 + 1: one byte left, two characters, the last with 4 zero bits */
-  *o++ = b64[r[i] >> 2];
-  *o++ = b64[(r[i] & 3) << 4];
   *o = '\0';
+  memset(r, 0, sizeof r);
 }
 
-
-void aipc__key_write(aipc__object_kind kind, uint32_t pid, uint32_t sdid, uint64_t nonce, uint64_t export_id,
-                     const uint8_t secret[AIPC_SECRET_LEN], char out[AIPC_KEY_CHARS + 1]) {
-  aipc__key k = {.kind = kind, .pid = pid, .sdid = sdid, .nonce = nonce, .export_id = export_id};
+void aipc__key_write(aipc__object_kind kind, uint32_t pid, uint32_t sdid, uint64_t nonce, uint32_t place,
+                     uint64_t export_id, const uint8_t secret[AIPC_SECRET_LEN], char out[AIPC_KEY_CHARS + 1]) {
+  aipc__key k = {.kind = kind, .pid = pid, .sdid = sdid, .nonce = nonce, .place = place, .export_id = export_id};
   memcpy(k.secret, secret, AIPC_SECRET_LEN);
   aipc__key_format(&k, out);
   memset(k.secret, 0, sizeof k.secret);
@@ -118,34 +118,29 @@ aclError aipc__key_parse(const char *call, const char *key, aipc__key *out) {
   const unsigned char *s = (const unsigned char *)key + AIPC_KEY_PREFIX_LEN;
   uint8_t r[AIPC_KEY_RECORD_LEN];
   size_t j = 0;
-  int v[4];
-  for (size_t i = 0; i + 4 <= 52; i += 4) {
-    for (int q = 0; q < 4; q++) v[q] = b64_value(s[i + q]);
-    if ((v[0] | v[1] | v[2] | v[3]) < 0) break;
+  for (size_t i = 0; i < AIPC_KEY_CHARS - AIPC_KEY_PREFIX_LEN; i += 4) {
+    int v[4];
+    for (int q = 0; q < 4; q++) {
+      v[q] = b64_value(s[i + q]);
+      if (v[q] < 0)
+        return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key has an invalid character at position %zu", call,
+                          i + (size_t)q + AIPC_KEY_PREFIX_LEN);
+    }
     uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
     r[j++] = (uint8_t)(w >> 16);
     r[j++] = (uint8_t)(w >> 8);
     r[j++] = (uint8_t)w;
   }
-  v[0] = b64_value(s[52]);
-  v[1] = b64_value(s[53]);
-  if (j != 39 || v[0] < 0 || v[1] < 0) {
-    for (size_t i = 0; i < AIPC_KEY_CHARS - AIPC_KEY_PREFIX_LEN; i++)
-      if (b64_value(s[i]) < 0)
-        return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key has an invalid character at position %zu", call,
-                          i + AIPC_KEY_PREFIX_LEN);
-  }
-  if (v[1] & 15)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is not canonically encoded (last character)", call);
-  r[j] = (uint8_t)(v[0] << 2 | v[1] >> 4);
 
   aipc__key k;
   k.kind = (aipc__object_kind)kind;
   k.pid = aipc__get32(r);
   k.sdid = aipc__get32(r + 4);
-  k.nonce = aipc__get64(r + 8);
-  k.export_id = aipc__get64(r + 16);
-  memcpy(k.secret, r + 24, AIPC_SECRET_LEN);
+  k.nonce = (uint64_t)aipc__get32(r + 8) | (uint64_t)r[12] << 32 | (uint64_t)r[13] << 40;
+  k.place = aipc__get32(r + 14);
+  k.export_id = aipc__get64(r + 18);
+  memcpy(k.secret, r + 26, AIPC_SECRET_LEN);
+  memset(r, 0, sizeof r);
   if (k.pid == 0 || k.pid > INT32_MAX)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key names process %u, which cannot exist (forged or damaged key)",
                       call, k.pid);
@@ -200,7 +195,7 @@ static size_t pool_left;
 
 static int fill(uint8_t *p, size_t n) {
   while (n > 0) {
-    ssize_t r = getrandom(p, n, 0);
+    ssize_t r = aipc__os_getrandom(p, n);
     if (r < 0) {
       if (errno == EINTR) continue;
       return -1;

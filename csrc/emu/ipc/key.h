@@ -1,18 +1,22 @@
 /*
  * IPC keys: the printable name of one export.
  *
- *   prefix + base64url(record), no padding: 6 + 54 = 60 characters.
+ *   prefix + base64url(record), no padding: 6 + 56 = 62 characters, so
+ *   that a key and its NUL fit in an aclrtIpcEventHandle (64 bytes).
  *
  * The prefix says what kind of object the export is (AIPC_OBJECT_KINDS):
- * device memory ("aipc1."), an IPC notify ("aipn1."), or an IPC event
- * ("aipe1.", carried in the 64-byte aclrtIpcEventHandle). The exporter
+ * device memory ("aipc2."), an IPC notify ("aipn2."), or an IPC event
+ * ("aipe2.", carried in the 64-byte aclrtIpcEventHandle). The exporter
  * checks the kind again on every import: the prefix only lets a caller
- * who passes one kind of key to another kind's call hear so at once.
+ * who passes one kind of key to another kind's call hear so at once. The
+ * digit is the record's version: "aipc1." keys had no place.
  *
- * record (40 bytes, little-endian):
+ * record (42 bytes, little-endian):
  *   u32 pid        exporter's process id (1..INT32_MAX)
  *   u32 sdid       exporter's super-node server id (ASCEND_IPC_SDID)
- *   u64 nonce      exporter's per-process random nonce (never 0; new after fork)
+ *   u48 nonce      exporter's per-process random nonce (never 0; new after fork)
+ *   u32 place      where the exporter runs: host, network and PID namespace
+ *                  (identity.h); read only to explain a failed import
  *   u64 export_id  per-process export counter (never 0, never reused)
  *   u8  secret[16] 128 random bits from getrandom
  *
@@ -30,12 +34,12 @@
 /* X(NAME, prefix, what it is called in messages, the call that issues it,
  *   how an exporter lets a process import it) */
 #define AIPC_OBJECT_KINDS(X)                                                                                  \
-  X(MEMORY, "aipc1.", "an IPC memory key", "aclrtIpcMemGetExportKey",                                         \
+  X(MEMORY, "aipc2.", "an IPC memory key", "aclrtIpcMemGetExportKey",                                         \
     "pass it to aclrtIpcMemSetImportPid, or export with ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION")    \
-  X(NOTIFY, "aipn1.", "an IPC notify key", "aclrtNotifyGetExportKey",                                         \
+  X(NOTIFY, "aipn2.", "an IPC notify key", "aclrtNotifyGetExportKey",                                         \
     "pass it to aclrtNotifySetImportPid, or export with ACL_RT_NOTIFY_EXPORT_FLAG_DISABLE_PID_VALIDATION")     \
-  X(EVENT, "aipe1.", "an IPC event handle", "aclrtIpcGetEventHandle", "")                                     \
-  X(PHYSICAL, "aipv1.", "a shareable handle of physical memory", "aclrtMemExportToShareableHandle",           \
+  X(EVENT, "aipe2.", "an IPC event handle", "aclrtIpcGetEventHandle", "")                                     \
+  X(PHYSICAL, "aipv2.", "a shareable handle of physical memory", "aclrtMemExportToShareableHandle",           \
     "pass it to aclrtMemSetPidToShareableHandle, or export with ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION")
 
 typedef enum aipc__object_kind {
@@ -51,10 +55,11 @@ const char *aipc__object_issuer(aipc__object_kind kind);
 /* What the exporter must do to whitelist a process for a kind ("pass it to ..."). */
 const char *aipc__object_allow(aipc__object_kind kind);
 
-#define AIPC_KEY_PREFIX "aipc1." /* memory keys' */
+#define AIPC_KEY_PREFIX "aipc2." /* memory keys' */
 #define AIPC_KEY_PREFIX_LEN 6
-#define AIPC_KEY_RECORD_LEN 40
-#define AIPC_KEY_CHARS 60 /* prefix + 54 base64url characters */
+#define AIPC_KEY_RECORD_LEN 42
+#define AIPC_KEY_CHARS 62 /* prefix + 56 base64url characters */
+#define AIPC_NONCE_MASK ((UINT64_C(1) << 48) - 1) /* a nonce has 48 bits */
 #define AIPC_SECRET_LEN 16
 
 typedef struct aipc__key {
@@ -62,6 +67,7 @@ typedef struct aipc__key {
   uint32_t pid;
   uint32_t sdid;
   uint64_t nonce;
+  uint32_t place;
   uint64_t export_id;
   uint8_t secret[AIPC_SECRET_LEN];
 } aipc__key;
@@ -69,8 +75,8 @@ typedef struct aipc__key {
 /* Writes the key's text and a NUL into out (AIPC_KEY_CHARS + 1 bytes). */
 void aipc__key_format(const aipc__key *k, char out[AIPC_KEY_CHARS + 1]);
 /* The same from the parts of a key (the exporter's way to issue one). */
-void aipc__key_write(aipc__object_kind kind, uint32_t pid, uint32_t sdid, uint64_t nonce, uint64_t export_id,
-                     const uint8_t secret[AIPC_SECRET_LEN], char out[AIPC_KEY_CHARS + 1]);
+void aipc__key_write(aipc__object_kind kind, uint32_t pid, uint32_t sdid, uint64_t nonce, uint32_t place,
+                     uint64_t export_id, const uint8_t secret[AIPC_SECRET_LEN], char out[AIPC_KEY_CHARS + 1]);
 
 /*
  * Parses key, of any kind, for the entry point named call. Reads at most
