@@ -20,19 +20,22 @@ import sys
 
 import pytest
 
+import ascend_ipc as aipc
 from ascend_ipc import _doctor
 from test_cann_provider import FAKE_ACL, OMITTED, _build, _compiler, old_cann_lib  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.timeout(300)
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The folder the package under test was imported from (the source tree when installed
+# editable, site-packages otherwise): the doctor's process must import the same one.
+PACKAGE_HOME = pathlib.Path(aipc.__file__).resolve().parents[1]
 CHECKS = {"open_files", "provider", "pid_namespace", "net_namespace", "ptrace_scope", "sharing"}
 LABELS = ("ok", "info", "warn", "FAIL")
 
 
 def _env(**extra: str) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_HOME), env.get("PYTHONPATH")) if p)
     env["ASCEND_IPC_PROVIDER"] = "emulated"  # unless a test says otherwise: the machine may have CANN
     for key, value in extra.items():
         if value is None:
