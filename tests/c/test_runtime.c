@@ -695,18 +695,27 @@ TEST(stream_runs_in_order) {
 }
 
 TEST(stream_work_runs_off_the_callers_thread) {
-  /* Proven indirectly: a copy queued behind a long one returns at once. */
-  size_t n = under_valgrind() ? 16 * MiB : 256 * MiB;
-  void *a = dmalloc(n), *b = dmalloc(n);
+  /* A stream held back by a notify wait: if queued work ran on the caller's
+   * thread, the enqueue behind the wait would block until the record below,
+   * which this thread has not made yet. No clock involved. */
+  unsigned char *a = dmalloc(4096), *b = dmalloc(4096);
+  unsigned char host[4096];
+  CHECK_OK(aclrtMemset(a, 4096, 0x5a, 4096));
+  CHECK_OK(aclrtMemset(b, 4096, 0, 4096));
   aclrtStream s;
+  aclrtNotify gate;
   CHECK_OK(aclrtCreateStream(&s));
-  double t0 = now_s();
-  for (int i = 0; i < 4; i++) CHECK_OK(aclrtMemcpyAsync(b, n, a, n, ACL_MEMCPY_DEVICE_TO_DEVICE, s));
-  double t1 = now_s();
+  CHECK_OK(aclrtCreateNotify(&gate, 0));
+  CHECK_OK(aclrtWaitAndResetNotify(gate, s, 0));
+  for (int i = 0; i < 4; i++) CHECK_OK(aclrtMemcpyAsync(b, 4096, a, 4096, ACL_MEMCPY_DEVICE_TO_DEVICE, s));
+  /* the copies are queued and returned, yet none has run */
+  CHECK_OK(aclrtMemcpy(host, sizeof host, b, 4096, ACL_MEMCPY_DEVICE_TO_HOST));
+  for (size_t i = 0; i < sizeof host; i++) CHECK_EQ(host[i], 0);
+  CHECK_OK(aclrtRecordNotify(gate, NULL));
   CHECK_OK(aclrtSynchronizeStream(s));
-  double t2 = now_s();
-  printf("  enqueue %.3f ms, run %.1f ms\n", (t1 - t0) * 1e3, (t2 - t1) * 1e3);
-  CHECK(t1 - t0 < (t2 - t0) / 2);
+  CHECK_OK(aclrtMemcpy(host, sizeof host, b, 4096, ACL_MEMCPY_DEVICE_TO_HOST));
+  for (size_t i = 0; i < sizeof host; i++) CHECK_EQ(host[i], 0x5a);
+  CHECK_OK(aclrtDestroyNotify(gate));
   CHECK_OK(aclrtDestroyStream(s));
   CHECK_OK(aclrtFree(a));
   CHECK_OK(aclrtFree(b));
