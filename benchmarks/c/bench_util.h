@@ -63,12 +63,10 @@ static void xread(int fd, void *b, size_t n) {
 }
 
 /* Pins this process (and the children it forks, and their threads) to the
- * first CPU it may use, unless BENCH_PIN=0: on a virtual machine, waking a
- * peer on an idle vCPU costs tens of microseconds at random. *saved gets the
- * mask to restore. Returns that CPU, or -1 (not pinned). */
-static inline int bench_pin(cpu_set_t *saved) {
-  const char *pin = getenv("BENCH_PIN");
-  if ((pin && strcmp(pin, "0") == 0) || sched_getaffinity(0, sizeof *saved, saved) != 0) return -1;
+ * first CPU it may use. *saved gets the mask to restore. Returns that CPU,
+ * or -1 (not pinned). */
+static inline int bench_pin_first_cpu(cpu_set_t *saved) {
+  if (sched_getaffinity(0, sizeof *saved, saved) != 0) return -1;
   for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
     if (!CPU_ISSET(cpu, saved)) continue;
     cpu_set_t one;
@@ -77,6 +75,14 @@ static inline int bench_pin(cpu_set_t *saved) {
     return sched_setaffinity(0, sizeof one, &one) == 0 ? cpu : -1;
   }
   return -1;
+}
+
+/* The same unless BENCH_PIN=0: on a virtual machine, waking a peer on an
+ * idle vCPU costs tens of microseconds at random. */
+static inline int bench_pin(cpu_set_t *saved) {
+  const char *pin = getenv("BENCH_PIN");
+  if (pin && strcmp(pin, "0") == 0) return -1;
+  return bench_pin_first_cpu(saved);
 }
 
 /* The floor's peer: forks a process that echoes every packet on a SEQPACKET

@@ -116,27 +116,39 @@ def worker(workers, method):
     return workers.get(method)
 
 
-def run_python(code: str, env=None, timeout: float = 60):
-    """Runs code in a fresh interpreter (own process group, killed on timeout)."""
+def run_command(argv, env=None, timeout: float = 60, preexec_fn=None, merge_stderr: bool = False):
+    """Runs argv in a process group of its own with env (the whole environment; None: this
+    one's). On timeout the test fails with what the command printed; either way the group is
+    killed afterwards, so nothing a crash left behind outlives the test. Returns (rc, stdout,
+    stderr); stderr is None when merge_stderr puts it into stdout."""
     import subprocess
 
-    full_env = dict(os.environ)
-    full_env.update(env or {})
     proc = subprocess.Popen(
-        [sys.executable, "-c", code],
+        list(argv),
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         text=True,
-        env=full_env,
+        env=env,
         start_new_session=True,
+        preexec_fn=preexec_fn,
     )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        pytest.fail(f"subprocess timed out after {timeout} s\nstdout:\n{out}\nstderr:\n{err}")
+        pytest.fail(f"{argv} timed out after {timeout} s\nstdout:\n{out}\nstderr:\n{err}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     return proc.returncode, out, err
+
+
+def run_python(code: str, env=None, timeout: float = 60):
+    """Runs code in a fresh interpreter (this environment plus env; run_command)."""
+    return run_command([sys.executable, "-c", code], env={**os.environ, **(env or {})}, timeout=timeout)
 
 
 @pytest.fixture

@@ -6,11 +6,10 @@ import json
 import os
 import pathlib
 import re
-import signal
-import subprocess
 import sys
 
 import pytest
+from conftest import run_command
 
 TIMEOUT = 240  # seconds; the demo starts four spawn workers that each import torch
 
@@ -29,27 +28,8 @@ def _env(**extra: str) -> dict:
 
 
 def _run(args, timeout=TIMEOUT, **env):
-    """Run ``python <args>`` in its own process group; kill the whole group on timeout."""
-    proc = subprocess.Popen(
-        [sys.executable, *args],
-        env=_env(**env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{args} timed out after {timeout} s\nstdout:\n{out}\nstderr:\n{err}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # reap anything a crash left behind
-        except ProcessLookupError:
-            pass
-    return proc.returncode, out, err
+    """``python <args>``: (rc, stdout, stderr)."""
+    return run_command([sys.executable, *args], env=_env(**env), timeout=timeout)
 
 
 # --------------------------------------------------------------------------- demo

@@ -22,9 +22,7 @@ import gc
 import json
 import os
 import pathlib
-import signal
 import socket
-import subprocess
 import sys
 
 import pytest
@@ -164,27 +162,12 @@ def _package_env() -> dict:
 
 
 def _run_ranks(result_path: pathlib.Path):
-    """Run this file as a script in its own process group; kill the group on timeout."""
-    proc = subprocess.Popen(
-        [sys.executable, str(pathlib.Path(__file__).resolve()), str(result_path)],
-        env=_package_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        raise AssertionError(f"torch.distributed run timed out after {TIMEOUT} s:\n{output}")
-    finally:
-        try:  # reap any rank left behind by a crash
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return proc.returncode, output
+    """Runs this file as a script: (rc, its output)."""
+    from conftest import run_command  # here: the ranks run this file without pytest
+
+    rc, output, _ = run_command([sys.executable, str(pathlib.Path(__file__).resolve()), str(result_path)],
+                                env=_package_env(), timeout=TIMEOUT, merge_stderr=True)
+    return rc, output
 
 
 def test_handle_broadcast_with_torch_distributed(tmp_path):

@@ -14,11 +14,11 @@ import os
 import pathlib
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 
 import pytest
+from conftest import run_command
 
 import ascend_ipc as aipc
 from ascend_ipc import _doctor
@@ -53,17 +53,9 @@ def _nofile(soft: int):
 
 
 def _doctor_run(*args: str, soft=None, prefix=(), timeout: float = 180, **env):
-    """``[prefix...] python -m ascend_ipc doctor args`` in its own process group: (rc, stdout, stderr)."""
-    proc = subprocess.Popen([*prefix, sys.executable, "-m", "ascend_ipc", "doctor", *args], env=_env(**env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=_nofile(soft) if soft is not None else None)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"doctor timed out after {timeout} s\nstdout:\n{out}\nstderr:\n{err}")
-    return proc.returncode, out, err
+    """``[prefix...] python -m ascend_ipc doctor args``: (rc, stdout, stderr)."""
+    return run_command([*prefix, sys.executable, "-m", "ascend_ipc", "doctor", *args], env=_env(**env),
+                       timeout=timeout, preexec_fn=_nofile(soft) if soft is not None else None)
 
 
 def _lines_by_title(out: str) -> dict:

@@ -17,12 +17,11 @@ import hashlib
 import os
 import pathlib
 import pickle
-import signal
-import subprocess
 import sys
 import time
 
 import pytest
+from conftest import run_command
 
 # Ray's switch for a one-machine node, read when ray is imported: every Ray process listens
 # on 127.0.0.1 rather than on the machine's network address.
@@ -160,17 +159,9 @@ class Rollout:
 def test_example_runs():
     # Its own Ray node, in a fresh interpreter, as a user runs it. First in the file, so
     # that it does not share the two cores with this module's node (set up after it).
-    env = dict(os.environ, **LOOPBACK)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "python" / "ray_weight_sync.py")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=200)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the example and the Ray node it started
-        out, err = proc.communicate()
-        pytest.fail(f"the example timed out\nstdout:\n{out}\nstderr:\n{err}")
-    assert proc.returncode == 0, out + err
+    rc, out, err = run_command([sys.executable, str(ROOT / "examples" / "python" / "ray_weight_sync.py")],
+                               env=dict(os.environ, **LOOPBACK), timeout=200)
+    assert rc == 0, out + err
     assert "ray weight sync: OK" in out, out
     assert out.count("matches the trainer") == 2 * 3, out
 
@@ -275,17 +266,30 @@ def test_whitelist_refuses_other_actors_until_allowed_and_close_ends_opens(actor
     assert ray.get([a.drop.remote() for a in (member, stranger)]) == [[], []]
 
 
-def _kill(actor):
-    """ray.kill() returns at once: wait until Ray has seen the actor die (calls then fail)."""
+def _gone(pid: int) -> bool:
+    """Whether process pid has exited (no such process, or a zombie: its descriptors are closed)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def _kill(actor, pid: int):
+    """ray.kill() returns at once, and Ray reports the actor dead before its process has
+    exited: wait for both (until then the process still serves its exports)."""
     ray.kill(actor)
     deadline = time.monotonic() + 60
     while True:
         try:
             ray.get(actor.where.remote())
         except ray.exceptions.RayActorError:
-            return
+            break
         assert time.monotonic() < deadline, "the killed actor still answers"
         time.sleep(0.1)
+    while not _gone(pid):
+        assert time.monotonic() < deadline, f"the killed actor's process {pid} has not exited"
+        time.sleep(0.02)
 
 
 def test_actor_deaths(actors):
@@ -300,20 +304,21 @@ def test_actor_deaths(actors):
     ray.get([r.load.remote(shared_ref) for r in (r0, r1, doomed)])
     expected = ray.get(trainer.step.remote())
 
-    _kill(doomed)  # never closed its import: its death does
+    _kill(doomed, doomed_pid)  # never closed its import: its death does
     assert ray.get(r1.drop.remote()) == []
     err = ray.get(trainer.try_close.remote())
-    assert isinstance(err, aipc.AclError) and err.code == 507000, err
+    assert isinstance(err, aipc.AclError) and err.code == 507000, f"the trainer's strict close: {err!r}"
     assert f"process(es) {r0_pid} (1 reference" in err.message, "only r0 should still hold the key"
     assert str(doomed_pid) not in err.message
 
-    _kill(trainer)  # as if the trainer crashed, its export still open
+    _kill(trainer, trainer_pid)  # as if the trainer crashed, its export still open
     got, same_place = ray.get(r0.weights.remote(sync=False))
     assert same_place, "r0's import keeps the memory: the last weights stay readable in place"
     _assert_same(got, expected)
     # Nothing new can be opened from a dead exporter, nor its event waited on. (The message
     # says the exporter is gone, or closed the connection, as the rollout notices it first.)
-    for err in ray.get([r0.try_synchronize.remote(), r1.try_load.remote(shared_ref)]):
-        assert isinstance(err, aipc.AclError) and err.code == 507022, err
+    for what, err in zip(("r0 synchronize", "r1 open"), ray.get([r0.try_synchronize.remote(),
+                                                               r1.try_load.remote(shared_ref)])):
+        assert isinstance(err, aipc.AclError) and err.code == 507022, f"{what}: {err!r}"
         assert f"exporter process {trainer_pid} " in err.message
     assert ray.get(r0.drop.remote()) == []

@@ -70,7 +70,9 @@ uint32_t aipc__place_here(void) {
 
 static bool part_differs(uint32_t a, uint32_t b) { return a != 0 && b != 0 && a != b; }
 
-const char *aipc__place_differs(uint32_t theirs, char *buf, size_t cap) {
+/* A sentence in buf naming the known part of place theirs that is not where
+ * this process is now, and what to do; NULL when none differs. */
+static const char *place_differs(uint32_t theirs, char *buf, size_t cap) {
   uint32_t here = aipc__place_here();
   if (part_differs(PLACE_HOST(theirs), PLACE_HOST(here)))
     snprintf(buf, cap,
@@ -91,12 +93,17 @@ const char *aipc__place_differs(uint32_t theirs, char *buf, size_t cap) {
   return buf;
 }
 
+aclError aipc__place_elsewhere(const char *call, const char *who, uint32_t theirs) {
+  char why[400];
+  if (!place_differs(theirs, why, sizeof why)) return ACL_SUCCESS;
+  return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "%s: %s cannot be reached from here: %s", call, who, why);
+}
+
 aclError aipc__place_check(const char *call, const char *who, uint32_t theirs) {
   /* A key of this process's place, the usual case, costs no system call. */
   if (theirs == aipc__self_place() || theirs == aipc__place_here()) return ACL_SUCCESS;
-  char why[400];
-  if (aipc__place_differs(theirs, why, sizeof why))
-    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "%s: %s cannot be reached from here: %s", call, who, why);
+  aclError rc = aipc__place_elsewhere(call, who, theirs);
+  if (rc != ACL_SUCCESS) return rc;
   return aipc__fail(ACL_ERROR_INVALID_PARAM,
                     "%s: the key's place (host and namespaces of its exporter) is not this process's, yet no known "
                     "part differs: a damaged or forged key (or one of the two processes cannot read /proc)",

@@ -28,10 +28,11 @@ uint32_t aipc__self_place(void);
  * exporter compares places to say why, instead of calling it gone.
  */
 uint32_t aipc__place_here(void);
-/* When place theirs is not where this process is now: a sentence saying
- * which part differs and what to do, written to buf; else NULL (the same,
- * or unknown). */
-const char *aipc__place_differs(uint32_t theirs, char *buf, size_t cap);
+/* When a known part of place theirs (host, network or PID namespace) is not
+ * where this process is now: a recorded ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+ * saying, after "call: who cannot be reached from here:", which part differs
+ * and what to do; else ACL_SUCCESS (the same, or unknown). */
+aclError aipc__place_elsewhere(const char *call, const char *who, uint32_t theirs);
 /* Before an import of a key of place theirs from the exporter named who:
  * ACL_SUCCESS when the key was issued where this process is; else a
  * recorded ACL_ERROR_RT_FEATURE_NOT_SUPPORT naming what differs, or

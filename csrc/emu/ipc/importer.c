@@ -304,15 +304,6 @@ static const char *exporter_name(uint32_t pid, uint64_t nonce, char buf[64]) {
   return buf;
 }
 
-/* Why an exporter that cannot be reached or is not who it should be may be
- * elsewhere rather than gone: a recorded ACL_ERROR_RT_FEATURE_NOT_SUPPORT
- * when its key's place is not here, else ACL_SUCCESS. */
-static aclError elsewhere(const char *call, const char *who, uint32_t place) {
-  char why[400];
-  if (!aipc__place_differs(place, why, sizeof why)) return ACL_SUCCESS;
-  return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "%s: %s cannot be reached from here: %s", call, who, why);
-}
-
 static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, uint32_t place, int connect_ms,
                           int timeout_ms, int *out) {
   char who[64];
@@ -338,7 +329,7 @@ static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, uint32
     if (e == EAGAIN || e == ETIMEDOUT)
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
                         "%s: %s did not accept a connection within %d ms (overloaded?)", call, who, timeout_ms);
-    aclError far = e == ECONNREFUSED || e == ENOENT ? elsewhere(call, who, place) : ACL_SUCCESS;
+    aclError far = e == ECONNREFUSED || e == ENOENT ? aipc__place_elsewhere(call, who, place) : ACL_SUCCESS;
     if (far != ACL_SUCCESS) return far;
     if (e == ECONNREFUSED || e == ENOENT)
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
@@ -352,7 +343,7 @@ static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, uint32
    * could hand us memory of its choosing. */
   if (aipc__os_peer_cred(fd, &peer, &peer_uid) != 0 || (nonce != 0 && (uint32_t)peer != pid)) {
     close(fd);
-    aclError far = elsewhere(call, who, place);
+    aclError far = aipc__place_elsewhere(call, who, place);
     if (far != ACL_SUCCESS) return far;
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: the socket of %s is served by another process (%d): key refused",
                       call, who, (int)peer);
