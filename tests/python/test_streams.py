@@ -280,9 +280,12 @@ def test_stream_ordered_torch_send():
 
 WAITER = textwrap.dedent(
     """
-    import os, sys, time
+    import os, signal, sys, time
     import numpy as np
     import ascend_ipc as aipc
+    # Ctrl-C as at a terminal, even where this process was started with SIGINT ignored
+    # (a background job of a non-interactive shell, as CI runners start them)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     s = aipc.Stream()
     dst = aipc.empty({big}, dtype="uint8")
     src = aipc.from_numpy(np.ones({big}, np.uint8))
