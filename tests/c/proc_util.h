@@ -37,6 +37,7 @@ typedef struct proc_snap {
   int fd[PS_MAX_FDS];
   char (*fd_target)[64];
   int n_maps;
+  int n_anchors; /* the importer's anchors, not in n_maps (below) */
   int n_memfd;
   char (*memfd)[128];
   char *maps_text; /* PROC_SNAP_DEBUG only */ /* "size perms offset path" of each memfd mapping, sorted */
@@ -113,6 +114,15 @@ static inline void proc_snap_take(proc_snap *s, int pid) {
      * back: allocator state, not something a test can leak. */
     if (!*p && lo % (64ul << 20) == 0) arena_end = lo + (64ul << 20);
     if (!*p && lo < arena_end) cont = 1;
+    /* The importer's anchors (emu/ipc/mapper.h): one inaccessible page on a
+     * 2 MiB boundary each, made as imports need them and kept until
+     * aclFinalize, like the arenas above (at most 16; a thread stack's guard
+     * page may look the same). */
+    if (!*p && hi - lo == 4096 && lo % (2ul << 20) == 0 && !strcmp(perms, "---p")) {
+      s->n_anchors++;
+      prev_hi = 0;
+      continue;
+    }
     prev_hi = hi;
     snprintf(prev_perms, sizeof prev_perms, "%s", perms);
     snprintf(prev_path, sizeof prev_path, "%s", p);

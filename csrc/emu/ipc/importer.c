@@ -35,6 +35,7 @@
 #include "emu/emu.h"
 #include "emu/ipc/identity.h"
 #include "emu/ipc/importer.h"
+#include "emu/ipc/mapper.h"
 #include "emu/ipc/proto.h"
 #include "os/os.h"
 
@@ -678,8 +679,8 @@ static aclError import_remote(const char *call, aipc__cconn *c, const aipc__key 
     rr = RT_DEAD;
   }
   aipc__msg_wipe(&q);
-  char who[64];
-  exporter_name(k->pid, k->nonce, who);
+  char who[64]; /* named only for a message: a snprintf per import shows in the profile */
+  if (rr != RT_OK) exporter_name(k->pid, k->nonce, who);
   switch (rr) {
     case RT_OK: break;
     case RT_DEAD:
@@ -713,14 +714,15 @@ static aclError import_remote(const char *call, aipc__cconn *c, const aipc__key 
   struct stat st;
   int seals = fcntl(memfd, F_GET_SEALS);
   bool physical = k->kind == AIPC_OBJECT_PHYSICAL; /* a descriptor to keep, no reference to give back */
-  if (fstat(memfd, &st) != 0 || seals < 0 || !(seals & F_SEAL_SHRINK) ||
-      a->offset + a->size > (uint64_t)st.st_size || a->offset % AIPC_PAGE_SIZE != 0 ||
+  if (fstat(memfd, &st) != 0 || seals < 0 || !(seals & F_SEAL_SHRINK) || a->size > (uint64_t)st.st_size ||
+      a->offset > (uint64_t)st.st_size - a->size || a->offset % AIPC_PAGE_SIZE != 0 ||
       (k->kind != AIPC_OBJECT_MEMORY && !physical && a->size != AIPC_PAGE_SIZE) ||
       (physical && (a->offset != 0 || a->size != (uint64_t)st.st_size || a->slot != AIPC_NO_SLOT))) {
     close(memfd);
     if (!physical) release_refs(c, k->export_id, a->slot, 1);
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                      "%s: %s granted memory that is not a sealed allocation holding the range (refused)", call, who);
+                      "%s: %s granted memory that is not a sealed allocation holding the range (refused)", call,
+                      exporter_name(k->pid, k->nonce, who));
   }
   out->device = a->device;
   out->attr = a->attr;
@@ -737,10 +739,10 @@ static aclError import_remote(const char *call, aipc__cconn *c, const aipc__key 
 static aclError import_register(const char *call, aipc__cconn *c, const aipc__key *k, const granted *gr, void **devPtr) {
   /* Exactly the granted range; the memfd goes at once, so nothing here can
    * reach the allocation once this mapping is unmapped. */
-  void *p = mmap(NULL, gr->size, PROT_READ | PROT_WRITE, MAP_SHARED, gr->memfd, (off_t)gr->offset);
+  void *p = aipc__mapper_map(gr->memfd, gr->offset, gr->size, k->kind == AIPC_OBJECT_MEMORY);
   int map_errno = errno;
   close(gr->memfd);
-  aipc__mapping *m = p != MAP_FAILED ? calloc(1, sizeof *m) : NULL;
+  aipc__mapping *m = p ? calloc(1, sizeof *m) : NULL;
   pthread_mutex_lock(&g.lock);
   aipc__import *imp = m ? import_lookup(k) : NULL;
   bool fresh = false;
@@ -765,10 +767,10 @@ static aclError import_register(const char *call, aipc__cconn *c, const aipc__ke
     imports_counted();
     pthread_mutex_unlock(&g.lock);
     free(m);
-    if (p != MAP_FAILED) munmap(p, gr->size);
+    if (p) aipc__mapper_unmap(p, gr->size);
     release_refs(c, k->export_id, gr->slot, 1);
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: cannot map %" PRIu64 " bytes of process %u: %s", call,
-                      gr->size, k->pid, p != MAP_FAILED ? "out of memory for bookkeeping" : strerror(map_errno));
+                      gr->size, k->pid, p ? "out of memory for bookkeeping" : strerror(map_errno));
   }
   if (fresh) {
     imp->nonce = k->nonce;
@@ -796,10 +798,13 @@ static aclError import_register(const char *call, aipc__cconn *c, const aipc__ke
 /* One import on the connection to k's exporter: the grant is mapped and
  * recorded (devPtr not NULL), or left in *gr with its memfd the caller's. */
 static aclError import_via(const char *call, const aipc__key *k, uint64_t flags, void **devPtr, granted *gr) {
-  char who[64];
-  /* A door of shareable handles has no place: its number is all a handle carries. */
-  aclError placed = k->nonce == 0 ? ACL_SUCCESS : aipc__place_check(call, exporter_name(k->pid, k->nonce, who), k->place);
-  if (placed != ACL_SUCCESS) return placed;
+  /* A door of shareable handles has no place: its number is all a handle
+   * carries. A key of this process's own place needs no check (nor a name). */
+  if (k->nonce != 0 && k->place != aipc__self_place()) {
+    char who[64];
+    aclError placed = aipc__place_check(call, exporter_name(k->pid, k->nonce, who), k->place);
+    if (placed != ACL_SUCCESS) return placed;
+  }
   pthread_mutex_lock(&g.lock);
   aipc__cconn *c = conn_get(k->pid, k->nonce);
   pthread_mutex_unlock(&g.lock);
@@ -868,7 +873,7 @@ aclError aipc__importer_close(const aipc__key *k, bool *found) {
   pthread_mutex_unlock(&g.lock);
 
   /* From here an access to the range faults: the emulator's use-after-close check. */
-  munmap(m->ptr, size);
+  aipc__mapper_unmap(m->ptr, size);
   pthread_mutex_lock(&c->mu);
   /* One-way, and usually no syscall: the count lands in the ledger (or a
    * RELEASE in the socket queue) before we return, and an exporter's close
@@ -898,7 +903,7 @@ static void free_all(bool unmap) {
         aipc__mem_wrlock();
         aipc__mem_remove_import(m->block);
         aipc__mem_unlock();
-        munmap(m->ptr, imp->size);
+        aipc__mapper_unmap(m->ptr, imp->size);
       }
       free(m);
     }
@@ -929,6 +934,7 @@ bool aipc__importer_get_attr(const aipc__key *k, uint64_t *attr) {
 void aipc__importer_finalize(void) {
   pthread_mutex_lock(&g.lock);
   free_all(true);
+  aipc__mapper_finalize();
   pthread_mutex_unlock(&g.lock);
 }
 
@@ -939,4 +945,5 @@ void aipc__importer_atfork_parent(void) { pthread_mutex_unlock(&g.lock); }
 void aipc__importer_atfork_child(void) {
   g.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
   free_all(false);
+  aipc__mapper_atfork_child();
 }
