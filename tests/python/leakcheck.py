@@ -29,8 +29,9 @@ Legitimately long-lived state is not a leak, and is told apart by what it is, no
 when it appeared:
 
 * the runtime's caches, which are made on first use and bounded: the device
-  reservations (anonymous, so never counted), the exporter's server socket, epoll and
-  eventfd, the importer's persistent connections (``SOCK_SEQPACKET`` sockets) and the
+  reservations and the importer's anchors (anonymous, so never counted), the exporter's
+  server socket, epoll and eventfd, the importer's persistent connections
+  (``SOCK_SEQPACKET`` sockets) and the
   exporters' release ledgers (``memfd:ascend_ipc_ledger``) they hold; and the two
   datagram sockets of put and drop (``ascend_ipc/_handoff.py``: the release socket a
   sender serves, the one a receiver sends its releases from);
