@@ -74,46 +74,36 @@ static void exporter(int up, int down) {
 /* The descriptor floor's peer: one sealed memfd per size, its first page
  * written like the exporter's; each request's first byte picks the memfd
  * that the reply carries. */
-static pid_t descriptor_peer_start(int *fd) {
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) exit(3);
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(sv[0]);
-    int mfd[NSIZES];
-    for (int i = 0; i < NSIZES; i++) {
-      mfd[i] = memfd_create("bench", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-      if (mfd[i] < 0 || ftruncate(mfd[i], (off_t)sizes[i]) != 0 ||
-          fcntl(mfd[i], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-        _exit(3);
-      char *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, mfd[i], 0);
-      if (m == MAP_FAILED) _exit(3);
-      m[0] = 1;
-      munmap(m, 4096);
-    }
-    char b[512];
-    for (;;) {
-      ssize_t r = recv(sv[1], b, sizeof b, 0);
-      if (r <= 0 || (unsigned char)b[0] >= NSIZES) _exit(0);
-      union {
-        struct cmsghdr h;
-        char space[CMSG_SPACE(sizeof(int))];
-      } ctl;
-      memset(&ctl, 0, sizeof ctl);
-      struct iovec iov = {b, (size_t)r};
-      struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.space, .msg_controllen = sizeof ctl.space};
-      struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      memcpy(CMSG_DATA(c), &mfd[(unsigned char)b[0]], sizeof(int));
-      if (sendmsg(sv[1], &mh, MSG_NOSIGNAL) != r) _exit(0);
-    }
+static void descriptor_serve(int sock) {
+  int mfd[NSIZES];
+  for (int i = 0; i < NSIZES; i++) {
+    mfd[i] = memfd_create("bench", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (mfd[i] < 0 || ftruncate(mfd[i], (off_t)sizes[i]) != 0 ||
+        fcntl(mfd[i], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+      _exit(3);
+    char *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, mfd[i], 0);
+    if (m == MAP_FAILED) _exit(3);
+    m[0] = 1;
+    munmap(m, 4096);
   }
-  close(sv[1]);
-  *fd = sv[0];
-  return pid;
+  char b[512];
+  for (;;) {
+    ssize_t r = recv(sock, b, sizeof b, 0);
+    if (r <= 0 || (unsigned char)b[0] >= NSIZES) return;
+    union {
+      struct cmsghdr h;
+      char space[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {b, (size_t)r};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.space, .msg_controllen = sizeof ctl.space};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &mfd[(unsigned char)b[0]], sizeof(int));
+    if (sendmsg(sock, &mh, MSG_NOSIGNAL) != r) return;
+  }
 }
 
 /* One descriptor hand-off: ask for size s's memfd, map the range, touch it, unmap. */
@@ -158,31 +148,16 @@ typedef struct placement {
   double imp[NSIZES];      /* (b) */
 } placement;
 
-/* The n-th CPU this process may run on, or -1. */
-static int allowed_cpu(const cpu_set_t *allowed, int n) {
-  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
-    if (CPU_ISSET(cpu, allowed) && n-- == 0) return cpu;
-  return -1;
-}
-
-static void run_on(int cpu) {
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  if (sched_setaffinity(0, sizeof one, &one) != 0) exit(6);
-}
-
 static void bench_rtt_and_import(int reps, placement_kind kind, placement *out) {
   cpu_set_t saved;
   if (sched_getaffinity(0, sizeof saved, &saved) != 0) exit(6);
-  int cpu0 = allowed_cpu(&saved, 0), cpu1 = allowed_cpu(&saved, 1);
+  int cpu0 = bench_allowed_cpu(&saved, 0), cpu1 = bench_allowed_cpu(&saved, 1);
   if (kind == SPLIT && cpu1 < 0) return; /* one CPU only: nothing to split */
   /* the peers, forked below, inherit where they run */
-  if (kind == SPLIT) run_on(cpu1);
-  if (kind == ONE_CPU) run_on(cpu0);
+  if ((kind == SPLIT && bench_run_on(cpu1) != 0) || (kind == ONE_CPU && bench_run_on(cpu0) != 0)) exit(6);
   int echo_fd, desc_fd;
   pid_t echo = bench_echo_start(&echo_fd);
-  pid_t desc = descriptor_peer_start(&desc_fd);
+  pid_t desc = bench_peer_start(&desc_fd, descriptor_serve);
   /* the exporter */
   int up[2], down[2];
   if (pipe(up) || pipe(down)) exit(5);
@@ -197,7 +172,7 @@ static void bench_rtt_and_import(int reps, placement_kind kind, placement *out) 
   }
   close(up[1]);
   close(down[0]);
-  if (kind == SPLIT) run_on(cpu0);
+  if (kind == SPLIT && bench_run_on(cpu0) != 0) exit(6);
   char keys[NSIZES][KEYLEN];
   xread(up[0], keys, sizeof keys);
 

@@ -62,47 +62,58 @@ static void xread(int fd, void *b, size_t n) {
   }
 }
 
-/* Pins this process (and the children it forks, and their threads) to the
- * first CPU it may use. *saved gets the mask to restore. Returns that CPU,
- * or -1 (not pinned). */
-static inline int bench_pin_first_cpu(cpu_set_t *saved) {
-  if (sched_getaffinity(0, sizeof *saved, saved) != 0) return -1;
-  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-    if (!CPU_ISSET(cpu, saved)) continue;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    return sched_setaffinity(0, sizeof one, &one) == 0 ? cpu : -1;
-  }
+/* The n-th CPU in allowed, or -1. */
+static inline int bench_allowed_cpu(const cpu_set_t *allowed, int n) {
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+    if (CPU_ISSET(cpu, allowed) && n-- == 0) return cpu;
   return -1;
 }
 
-/* The same unless BENCH_PIN=0: on a virtual machine, waking a peer on an
- * idle vCPU costs tens of microseconds at random. */
-static inline int bench_pin(cpu_set_t *saved) {
-  const char *pin = getenv("BENCH_PIN");
-  if (pin && strcmp(pin, "0") == 0) return -1;
-  return bench_pin_first_cpu(saved);
+/* Runs this process (and the children it forks, and their threads) on cpu
+ * alone. 0 or -1. */
+static inline int bench_run_on(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return sched_setaffinity(0, sizeof one, &one);
 }
 
-/* The floor's peer: forks a process that echoes every packet on a SEQPACKET
- * socketpair until it closes. *fd gets this side's end; returns the pid. */
-static inline pid_t bench_echo_start(int *fd) {
+/* Pins this process to the first CPU it may use, unless BENCH_PIN=0: on a
+ * virtual machine, waking a peer on an idle vCPU costs tens of microseconds
+ * at random. *saved gets the mask to restore. Returns that CPU, or -1 (not
+ * pinned). */
+static inline int bench_pin(cpu_set_t *saved) {
+  const char *pin = getenv("BENCH_PIN");
+  if ((pin && strcmp(pin, "0") == 0) || sched_getaffinity(0, sizeof *saved, saved) != 0) return -1;
+  int cpu = bench_allowed_cpu(saved, 0);
+  return cpu >= 0 && bench_run_on(cpu) == 0 ? cpu : -1;
+}
+
+/* Forks a peer that runs serve(its end of a SEQPACKET socketpair) and exits.
+ * *fd gets this side's end; returns the pid. */
+static inline pid_t bench_peer_start(int *fd, void (*serve)(int sock)) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) exit(3);
   fflush(stdout);
-  pid_t echo = fork();
-  if (echo == 0) {
+  pid_t pid = fork();
+  if (pid == 0) {
     close(sv[0]);
-    char b[512];
-    for (;;) {
-      ssize_t r = recv(sv[1], b, sizeof b, 0);
-      if (r <= 0 || send(sv[1], b, (size_t)r, MSG_NOSIGNAL) != r) _exit(0);
-    }
+    serve(sv[1]);
+    _exit(0);
   }
   close(sv[1]);
   *fd = sv[0];
-  return echo;
+  return pid;
 }
+
+/* The floor's peer: echoes every packet until the socket closes. */
+static inline void bench_echo_serve(int sock) {
+  char b[512];
+  for (;;) {
+    ssize_t r = recv(sock, b, sizeof b, 0);
+    if (r <= 0 || send(sock, b, (size_t)r, MSG_NOSIGNAL) != r) return;
+  }
+}
+static inline pid_t bench_echo_start(int *fd) { return bench_peer_start(fd, bench_echo_serve); }
 
 #endif

@@ -100,8 +100,7 @@ aclError aipc__place_elsewhere(const char *call, const char *who, uint32_t their
 }
 
 aclError aipc__place_check(const char *call, const char *who, uint32_t theirs) {
-  /* A key of this process's place, the usual case, costs no system call. */
-  if (theirs == aipc__self_place() || theirs == aipc__place_here()) return ACL_SUCCESS;
+  if (theirs == aipc__place_here()) return ACL_SUCCESS; /* this process moved there since it was named */
   aclError rc = aipc__place_elsewhere(call, who, theirs);
   if (rc != ACL_SUCCESS) return rc;
   return aipc__fail(ACL_ERROR_INVALID_PARAM,

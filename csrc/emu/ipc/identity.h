@@ -33,8 +33,10 @@ uint32_t aipc__place_here(void);
  * saying, after "call: who cannot be reached from here:", which part differs
  * and what to do; else ACL_SUCCESS (the same, or unknown). */
 aclError aipc__place_elsewhere(const char *call, const char *who, uint32_t theirs);
-/* Before an import of a key of place theirs from the exporter named who:
- * ACL_SUCCESS when the key was issued where this process is; else a
+/* Before an import of a key of place theirs, not this process's own place
+ * (aipc__self_place: the usual case, which the importer tells apart before
+ * it names the exporter who): ACL_SUCCESS when the key was issued where
+ * this process is now; else a
  * recorded ACL_ERROR_RT_FEATURE_NOT_SUPPORT naming what differs, or
  * ACL_ERROR_INVALID_PARAM when nothing known differs yet the places are not
  * equal (a damaged or forged key: a key has one spelling). */

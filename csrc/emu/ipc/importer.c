@@ -799,7 +799,8 @@ static aclError import_register(const char *call, aipc__cconn *c, const aipc__ke
  * recorded (devPtr not NULL), or left in *gr with its memfd the caller's. */
 static aclError import_via(const char *call, const aipc__key *k, uint64_t flags, void **devPtr, granted *gr) {
   /* A door of shareable handles has no place: its number is all a handle
-   * carries. A key of this process's own place needs no check (nor a name). */
+   * carries. A key of this process's own place, the usual case, costs no
+   * system call and no name. */
   if (k->nonce != 0 && k->place != aipc__self_place()) {
     char who[64];
     aclError placed = aipc__place_check(call, exporter_name(k->pid, k->nonce, who), k->place);
