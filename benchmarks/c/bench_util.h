@@ -5,6 +5,7 @@
 #define ASCEND_IPC_BENCH_UTIL_H_
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -106,6 +107,25 @@ static inline pid_t bench_peer_start(int *fd, void (*serve)(int sock)) {
   return pid;
 }
 
+/* How long the library polls before an IPC wait blocks, at most
+ * (ASCEND_IPC_POLL_US, as the runtime reads it), in seconds. */
+static inline double bench_poll_window(void) {
+  const char *e = getenv("ASCEND_IPC_POLL_US");
+  char *end;
+  long v = e ? strtol(e, &end, 10) : -1;
+  return (e && *e && !*end && v >= 0 && v <= 10000 ? (double)v : 100.0) * 1e-6;
+}
+
+/* Waits for input on fd the way the library does when it expects a reply:
+ * polls (yielding the CPU between polls) for up to the window, and then
+ * leaves the wait to the blocking receive that follows. */
+static inline void bench_poll_for_input(int fd, double window) {
+  if (window <= 0) return;
+  double until = now() + window;
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  while (poll(&p, 1, 0) == 0 && now() < until) sched_yield();
+}
+
 /* The floor's peer: echoes every packet until the socket closes. */
 static inline void bench_echo_serve(int sock) {
   char b[512];
@@ -115,5 +135,16 @@ static inline void bench_echo_serve(int sock) {
   }
 }
 static inline pid_t bench_echo_start(int *fd) { return bench_peer_start(fd, bench_echo_serve); }
+
+/* The same, waiting for each packet the way the library does. */
+static inline void bench_echo_poll_serve(int sock) {
+  char b[512];
+  double window = bench_poll_window();
+  for (;;) {
+    bench_poll_for_input(sock, window);
+    ssize_t r = recv(sock, b, sizeof b, 0);
+    if (r <= 0 || send(sock, b, (size_t)r, MSG_NOSIGNAL) != r) return;
+  }
+}
 
 #endif

@@ -14,6 +14,7 @@
 #define DEFAULT_MEMORY (64ull << 30)
 #define MAX_MEMORY (1ull << 46) /* the arena reserves twice this in address space */
 #define DEFAULT_TIMEOUT_MS 10000
+#define DEFAULT_POLL_US 100
 
 static aipc__config g_config;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -61,6 +62,7 @@ static void load(void) {
   g_config.strict = env_u64("ASCEND_IPC_STRICT", false, 0, 1, 0) == 1;
   g_config.sdid = (uint32_t)env_u64("ASCEND_IPC_SDID", false, 0, UINT32_MAX, 0);
   g_config.timeout_ms = (int)env_u64("ASCEND_IPC_TIMEOUT_MS", false, 1, 24u * 3600 * 1000, DEFAULT_TIMEOUT_MS);
+  g_config.poll_us = (uint32_t)env_u64("ASCEND_IPC_POLL_US", false, 0, 10000, DEFAULT_POLL_US);
 }
 
 const aipc__config *aipc__config_get(void) {

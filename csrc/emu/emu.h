@@ -30,6 +30,7 @@ typedef struct aipc__config {
   bool strict;         /* ASCEND_IPC_STRICT=1 */
   uint32_t sdid;       /* ASCEND_IPC_SDID, default 0 */
   int timeout_ms;      /* ASCEND_IPC_TIMEOUT_MS, default 10000: every blocking IPC wait */
+  uint32_t poll_us;    /* ASCEND_IPC_POLL_US, default 100: the longest poll before an IPC wait blocks */
 } aipc__config;
 
 const aipc__config *aipc__config_get(void);

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -367,6 +369,24 @@ int aipc__os_poller_wait(int poller, void **tags, int max, int timeout_ms) {
   for (int i = 0; i < n; i++) tags[i] = evs[i].data.ptr;
   return n < 0 ? 0 : n;
 }
+
+bool aipc__os_readable(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  return poll(&p, 1, 0) != 0; /* -1 too: the blocking call that follows reports it */
+}
+
+int aipc__os_cpus_online(void) {
+  static int n; /* 0: not asked yet; a race asks twice and stores the same */
+  int v = __atomic_load_n(&n, __ATOMIC_RELAXED);
+  if (v == 0) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    v = c > 0 ? (int)c : 1;
+    __atomic_store_n(&n, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
+void aipc__os_yield(void) { sched_yield(); }
 
 int aipc__os_waker_create(void) { return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
 

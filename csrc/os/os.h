@@ -181,6 +181,13 @@ void aipc__os_poller_del(int poller, int fd);
 /* Waits up to timeout_ms (-1: no limit) for input; writes up to max tags. Returns their count (0 on EINTR). */
 int aipc__os_poller_wait(int poller, void **tags, int max, int timeout_ms);
 
+/* Whether fd has input (or an error) waiting: a poll that never sleeps. */
+bool aipc__os_readable(int fd);
+/* How many CPUs the machine has online (1 if unknown), asked once. */
+int aipc__os_cpus_online(void);
+/* Gives the CPU to another runnable thread, if there is one. */
+void aipc__os_yield(void);
+
 /* An eventfd another thread writes to wake a poller. -1 and errno on failure. */
 int aipc__os_waker_create(void);
 void aipc__os_waker_wake(int waker);

@@ -777,3 +777,59 @@ TEST(overlapping_exports_imported_together) {
   CHECK_OK(aclrtFree(p));
   CHECK_OK(aclFinalize());
 }
+
+/* ---- polling before a wait (emu/ipc/spin.h) ------------------------------------------- */
+
+static int burst_child(chan *c, void *arg) {
+  int n = *(int *)arg;
+  char key[KEYLEN] = {0};
+  from_parent(c, key, KEYLEN);
+  for (int i = 0; i < n; i++) {
+    void *p = NULL;
+    CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
+    CHECK_EQ(((volatile unsigned char *)p)[i % PAGE], (unsigned char)(i % PAGE));
+    CHECK_OK(aclrtIpcMemClose(key));
+  }
+  send_int(c->up[1], 1);
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+static double cpu_seconds(void) {
+  struct timespec ts;
+  CHECK(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0); /* every thread's, the server's too */
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A burst of imports from another process; then the exporter idles and
+ * must use (next to) no CPU: its server thread stops polling and blocks. */
+static void burst_then_idle(int n) {
+  char key[KEYLEN] = {0};
+  unsigned char *p = export_new(PAGE, EXPORT_ANY, key);
+  for (size_t i = 0; i < PAGE; i++) p[i] = (unsigned char)i;
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, burst_child, &n);
+  to_child(&c, key, KEYLEN);
+  CHECK_EQ(recv_int(c.up[0]), 1);
+  CHECK_EQ(th_wait(pid), 0);
+  chan_close(&c);
+  double cpu0 = cpu_seconds(), t0 = now_s();
+  struct timespec idle = {0, 300 * 1000 * 1000};
+  while (nanosleep(&idle, &idle) != 0) {
+  }
+  double used = cpu_seconds() - cpu0, wall = now_s() - t0;
+  /* a poll lasts 100 us at most: anything like a busy thread would show
+   * as a large share of the 300 ms */
+  CHECK(used < wall * (under_valgrind() ? 0.5 : 0.1));
+  CHECK_OK(aclrtIpcMemClose(key));
+  CHECK_OK(aclrtFree(p));
+  CHECK_OK(aclFinalize());
+}
+
+TEST(an_exporter_idle_after_a_burst_uses_no_cpu) { burst_then_idle(under_valgrind() ? 50 : 500); }
+
+TEST(imports_with_polling_off) {
+  setenv("ASCEND_IPC_POLL_US", "0", 1); /* read once per process: the child inherits it */
+  burst_then_idle(under_valgrind() ? 20 : 200);
+}

@@ -33,6 +33,7 @@
 #include "emu/ipc/exporter.h"
 #include "emu/ipc/identity.h"
 #include "emu/ipc/proto.h"
+#include "emu/ipc/spin.h"
 #include "os/os.h"
 
 typedef struct aipc__sconn aipc__sconn;
@@ -742,12 +743,20 @@ static void *server_main(void *arg) {
    * sanitizers' allocators do not). */
   sem_post((sem_t *)arg);
   void *tags[64];
+  aipc__spin spin = {0}; /* this thread's alone */
   for (;;) {
     /* listen_paused is written only by this thread while it runs. */
     /* g.closing only changes under g.lock, and its first entry wakes us. */
     int timeout = g.listen_paused ? 50 : -1;
     if (__atomic_load_n(&g.closing, __ATOMIC_RELAXED)) timeout = SWEEP_MS;
-    int n = aipc__os_poller_wait(g.poller_fd, tags, 64, timeout);
+    /* Only the steady wait learns and polls: the others are timed on purpose. */
+    uint64_t start = aipc__os_now_ns(), until = timeout < 0 ? aipc__spin_until(&spin, start) : 0;
+    int n = 0;
+    if (until)
+      while ((n = aipc__os_poller_wait(g.poller_fd, tags, 64, 0)) == 0 && aipc__spin_again(until)) {
+      }
+    if (n == 0) n = aipc__os_poller_wait(g.poller_fd, tags, 64, timeout);
+    if (timeout < 0 && n > 0) aipc__spin_learn(&spin, aipc__os_now_ns() - start);
     pthread_mutex_lock(&g.lock);
     if (g.stop) {
       pthread_mutex_unlock(&g.lock);

@@ -37,6 +37,7 @@
 #include "emu/ipc/importer.h"
 #include "emu/ipc/mapper.h"
 #include "emu/ipc/proto.h"
+#include "emu/ipc/spin.h"
 #include "os/os.h"
 
 typedef struct aipc__cconn aipc__cconn;
@@ -64,6 +65,7 @@ struct aipc__cconn {
   uint64_t gen;      /* bumped at every (re)connect and drop */
   uint64_t next_req;
   bool reading;         /* a thread is receiving for everyone */
+  aipc__spin spin;      /* how long the reader polls before it blocks */
   aipc__creq *pending;  /* requests sent and waiting for their reply */
   uint32_t *ledger;     /* the exporter's release ledger for this connection, or NULL */
   uint64_t *abandoned; /* ids of cancelled requests whose reply has not come yet */
@@ -550,15 +552,21 @@ static void dispatch(aipc__cconn *c, const uint8_t *buf, size_t len, int *fds, i
  * out. c->mu held on entry and on return, released while receiving. */
 static void read_one(aipc__cconn *c, aipc__csock *s) {
   c->reading = true;
+  uint64_t start = aipc__os_now_ns(), until = aipc__spin_until(&c->spin, start);
   pthread_mutex_unlock(&c->mu);
+  if (until)
+    while (!aipc__os_readable(s->fd) && aipc__spin_again(until)) {
+    }
   uint8_t buf[AIPC_PROTO_MAX];
   int fds[AIPC_PROTO_MAX_FDS], nfd = 0;
   unsigned seen = 0;
   ssize_t n = aipc__proto_recv(s->fd, buf, 0, fds, &nfd, &seen);
   int err = errno;
   bool no_fds = n > 0 && (seen & AIPC_RECV_FDS_DROPPED) && out_of_fds(s->fd);
+  uint64_t waited = aipc__os_now_ns() - start;
   pthread_mutex_lock(&c->mu);
   c->reading = false;
+  if (n > 0) aipc__spin_learn(&c->spin, waited);
   pthread_cond_broadcast(&c->cv); /* the waiters see what this packet brought, or take the reading over */
   if (c->sock != s || n <= 0) {
     for (int i = 0; i < nfd; i++) close(fds[i]);
