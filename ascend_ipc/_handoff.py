@@ -21,12 +21,13 @@ which makes that copy's open fail with the runtime's error, as after the deadlin
 from __future__ import annotations
 
 import atexit
+import heapq
 import os
 import socket
 import struct
 import threading
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 _DEFAULT_TIMEOUT_S = 60.0
 _TOKEN_LEN = 16
@@ -49,8 +50,17 @@ class _Holds:
     """This process's holds and its release socket (one per process, remade after fork)."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
         self.lock = threading.RLock()
         self.holds: Dict[bytes, Tuple[Any, float]] = {}
+        # (deadline, token) of every hold, soonest first; a released hold's entry stays until
+        # its deadline comes up (it is then skipped)
+        self.deadlines: List[Tuple[float, bytes]] = []
+        # the deadline the thread sleeps until (inf: until a datagram comes), so that a hold
+        # wakes it only when it must wake sooner
+        self.sleeps_until = float("inf")
         self.sock: Optional[socket.socket] = None
         self.address: Optional[bytes] = None
         self.thread: Optional[threading.Thread] = None
@@ -74,54 +84,67 @@ class _Holds:
                     self.sock.close()
                 self._start()
             self.holds[token] = (obj, deadline)
+            heapq.heappush(self.deadlines, (deadline, token))
             address = self.address
-        self._poke()
+            # the thread sleeps until a sooner deadline (the usual case: every hold has the
+            # same timeout) or until a datagram: only in the second case must it look again
+            poke = deadline < self.sleeps_until
+            if poke:
+                self.sleeps_until = deadline
+        if poke:
+            _send(address, b"")  # a zero-length datagram: look at the deadlines again
         return address, token
-
-    def _poke(self) -> None:
-        """Makes the thread look at the deadlines again (a zero-length datagram)."""
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                s.settimeout(0.5)  # a full queue means the thread is busy reading: a short wait
-                s.sendto(b"", self.address)
-        except OSError:
-            pass
 
     def _next_timeout(self) -> Optional[float]:
         with self.lock:
-            if not self.holds:
+            self.sleeps_until = self.deadlines[0][0] if self.deadlines else float("inf")
+            if not self.deadlines:
                 return None
-            soonest = min(deadline for _, deadline in self.holds.values())
         # at least a millisecond: a zero timeout would make the socket non-blocking
-        return max(0.001, soonest - time.monotonic())
+        return max(0.001, self.sleeps_until - time.monotonic())
 
     def _expire(self) -> None:
         now = time.monotonic()
+        dropped = []
         with self.lock:
-            gone = [t for t, (_, deadline) in self.holds.items() if deadline <= now]
-            dropped = [self.holds.pop(t) for t in gone]
+            while self.deadlines and self.deadlines[0][0] <= now:
+                _, token = heapq.heappop(self.deadlines)
+                held = self.holds.get(token)
+                if held is not None and held[1] <= now:  # not released, not a newer hold
+                    dropped.append(self.holds.pop(token))
         del dropped  # the memory goes here, outside the lock
 
     def _serve(self) -> None:
         sock = self.sock
         uid = os.geteuid()
+        space = socket.CMSG_SPACE(_CRED.size)
         while True:
             try:
                 sock.settimeout(self._next_timeout())
-                data, anc, _flags, _addr = sock.recvmsg(64, socket.CMSG_SPACE(_CRED.size))
+                packets = [sock.recvmsg(64, space)]
+                # Then every datagram already queued, in this one turn of the GIL: the queue
+                # holds few (net.unix.max_dgram_qlen), and a receiver that finds it full waits.
+                sock.settimeout(0.0)  # (with a timeout, Python would wait for more)
+                while len(packets) < 256:
+                    try:
+                        packets.append(sock.recvmsg(64, space))
+                    except (BlockingIOError, InterruptedError):
+                        break
             except (socket.timeout, BlockingIOError, InterruptedError):
                 self._expire()
                 continue
             except OSError:
                 return  # the socket was closed (exit)
-            sender_uid = None
-            for level, kind, payload in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= _CRED.size:
-                    sender_uid = _CRED.unpack_from(payload)[1]
-            if len(data) == _TOKEN_LEN and sender_uid == uid:
+            tokens = [data for data, anc, _flags, _addr in packets
+                      if len(data) == _TOKEN_LEN and _sender_uid(anc) == uid]
+            if tokens:
                 with self.lock:
-                    dropped = self.holds.pop(data, None)
-                del dropped
+                    dropped = [self.holds.pop(t, None) for t in tokens]
+                    if len(self.deadlines) > 2 * len(self.holds) + 1024:
+                        # mostly released holds: keep the heap in proportion to what is held
+                        self.deadlines = [(d, t) for t, (_, d) in self.holds.items()]
+                        heapq.heapify(self.deadlines)
+                del dropped  # the memory goes here, outside the lock
             self._expire()
 
     def count(self) -> int:
@@ -131,10 +154,14 @@ class _Holds:
     def after_fork_in_child(self) -> None:
         # The parent's holds, socket and thread are not this process's: forget them (the
         # memory they held is the parent's; dropping the objects here frees nothing of it).
-        self.lock = threading.RLock()
-        self.holds = {}
-        self.sock = self.address = self.thread = None
-        self.pid = os.getpid()
+        self._reset()
+
+
+def _sender_uid(anc: List[Tuple[int, int, bytes]]) -> Optional[int]:
+    for level, kind, payload in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= _CRED.size:
+            return _CRED.unpack_from(payload)[1]
+    return None
 
 
 _state = _Holds()
@@ -160,14 +187,20 @@ def release(address: bytes, token: bytes) -> None:
         return
     if not address.startswith(b"\0ascend_ipc.hold."):
         return  # only this package's sockets: a crafted pickle cannot aim datagrams elsewhere
+    _send(address, token)
+
+
+def _send(address: bytes, data: bytes) -> None:
+    """One datagram to a release socket, on this process's client socket. Never raises."""
+    global _client
     with _client_lock:
         try:
             if _client is None or _client[0] != os.getpid():
                 _client = (os.getpid(), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
-            # a sender's queue holds few datagrams: wait for its thread to read, but not for a
-            # stopped sender (that copy's hold then ends at its deadline)
-            _client[1].settimeout(1.0)
-            _client[1].sendto(token, address)
+                # a sender's queue holds few datagrams: wait for its thread to read, but not
+                # for a stopped sender (that copy's hold then ends at its deadline)
+                _client[1].settimeout(1.0)
+            _client[1].sendto(data, address)
         except OSError:
             pass
 
@@ -192,6 +225,7 @@ def release_all() -> None:
     with _state.lock:
         dropped = list(_state.holds.values())
         _state.holds.clear()
+        _state.deadlines.clear()
     del dropped
 
 

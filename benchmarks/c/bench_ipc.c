@@ -357,12 +357,33 @@ static void json_placement(char *json, size_t cap, const char *name, const place
 }
 
 int main(int argc, char **argv) {
-  int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  /* [--quick] [--only split|floating|one_cpu]: --only runs (a), (a'), (f) and
+   * (b) in that placement alone (to profile one) and skips (c) and (d) */
+  int quick = 0, only = -1;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0) {
+      quick = 1;
+      continue;
+    }
+    for (int k = 0; k < PLACEMENTS && i + 1 < argc && strcmp(argv[i], "--only") == 0; k++)
+      if (strcmp(argv[i + 1], placement_names[k]) == 0) only = k;
+    if (strcmp(argv[i], "--only") != 0 || only < 0) {
+      fprintf(stderr, "usage: %s [--quick] [--only split|floating|one_cpu]\n", argv[0]);
+      return 2;
+    }
+    i++;
+  }
   int reps = quick ? 300 : 3000;
   ACL(aclInit(NULL));
 
   placement pl[PLACEMENTS] = {{0}};
-  for (int k = 0; k < PLACEMENTS; k++) bench_rtt_and_import(reps, (placement_kind)k, &pl[k]);
+  for (int k = 0; k < PLACEMENTS; k++)
+    if (only < 0 || only == k) bench_rtt_and_import(reps, (placement_kind)k, &pl[k]);
+  if (only >= 0) {
+    ACL(aclFinalize());
+    print_placement(&pl[only], (placement_kind)only);
+    return 0;
+  }
   double eps = bench_export_close(quick ? 20000 : 200000);
   double acl_bw, mc_bw;
   size_t copy_bytes = (size_t)256 << 20;

@@ -165,6 +165,46 @@ def test_an_unopened_copy_is_let_go_at_the_deadline(monkeypatch):
     assert info.value.code == 507022  # the runtime's clear error: the export is gone
 
 
+def test_a_sooner_deadline_wakes_the_holder(monkeypatch):
+    # The holder thread sleeps until the soonest deadline it knows; a hold made later with a
+    # shorter timeout must still end on time, while the earlier, longer one stays.
+    monkeypatch.setenv("ASCEND_IPC_SEND_TIMEOUT_S", "30")
+    long_blob = pickle.dumps(aipc.export(aipc.from_numpy(np.ones(16))))
+    time.sleep(0.1)  # the thread is asleep until the 30 s deadline now
+    monkeypatch.setenv("ASCEND_IPC_SEND_TIMEOUT_S", "0.5")
+    short_blob = pickle.dumps(aipc.export(aipc.from_numpy(np.ones(8))))
+    gc.collect()
+    assert _handoff.held() == 2
+    t0 = time.monotonic()
+    assert _settle(lambda: _handoff.held() == 1, 10)
+    assert time.monotonic() - t0 < 5
+    with pickle.loads(long_blob).open() as b:  # the long one is still there
+        assert b.numpy().sum() == 16
+    with pytest.raises(aipc.AclError):
+        pickle.loads(short_blob).open()
+    _handoff.release_all()
+
+
+def test_released_holds_leave_no_bookkeeping_behind():
+    # Each hold also has a place in the holder's deadline heap, left behind by a release;
+    # releases by the thousand must not let the heap grow without bound.
+    ctx = mp.get_context("fork")
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=_open_sum, args=(q_in, q_out))
+    p.start()
+    x = aipc.from_numpy(np.ones(8, np.int64))
+    n = 5000
+    for i in range(n):
+        q_in.put(aipc.export(x))
+        if i % 100 == 99:  # keep at most a hundred in flight
+            for _ in range(100):
+                assert q_out.get(timeout=120) == 8
+    q_in.put(None)
+    p.join(120)
+    assert _settle(lambda: _handoff.held() == 0, 30)
+    assert len(_handoff._state.deadlines) <= 2 * 100 + 1024
+
+
 def test_closing_or_dropping_a_copy_unopened_releases_it():
     # ForkingPickler: multiprocessing's pickler for queues and pipes, one receiver per copy
     a = aipc.from_numpy(np.ones(16))

@@ -9,10 +9,11 @@
  * requests. How long is learnt per waiter, as the kernel's haltpoll governor
  * learns it for idle CPUs: a wait that ended a little after the window grows
  * the window, one that ended long after shrinks it. A burst of imports polls,
- * a process whose packets come seldom soon stops polling. Never where the
- * thread may use one CPU only, where polling would keep its peer from
- * running; and every poll yields the CPU to any other thread that wants it.
- * ASCEND_IPC_POLL_US caps the window (0: never poll).
+ * a process whose packets come seldom soon stops polling. Never on a
+ * machine with one CPU, where the peer could only answer once the poller
+ * gave way; elsewhere every poll yields the CPU to any other thread that
+ * wants it (the peer too, when both share one). ASCEND_IPC_POLL_US caps the
+ * window (0: never poll).
  */
 #ifndef ASCEND_IPC_EMU_IPC_SPIN_H_
 #define ASCEND_IPC_EMU_IPC_SPIN_H_
