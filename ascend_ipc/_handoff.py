@@ -6,7 +6,7 @@ export) alive for that copy under a fresh 128-bit token. Through multiprocessing
 ForkingPickler (queues, pipes, DataLoader workers: one receiver per copy), the pickle
 carries the hold — the address of this process's release socket and the token — and the
 receiver's open(), or the copy's close or collection without an open, sends the token back
-as one datagram: the hold goes at once. Plain pickle may feed many receivers
+(a receiver's releases of one millisecond together, in one datagram): the hold goes at once. Plain pickle may feed many receivers
 (torch.distributed's broadcast_object_list sends one pickle to every rank), so such a copy
 carries no release and is held until the deadline. Either way a copy is let go after
 ASCEND_IPC_SEND_TIMEOUT_S seconds (default 60), so what a sender holds is bounded by what
@@ -31,6 +31,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 _DEFAULT_TIMEOUT_S = 60.0
 _TOKEN_LEN = 16
+_TOKENS_PER_DATAGRAM = 256  # 4 KiB of tokens
+_GATHER_S = 0.001  # how long releases gather before they go
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
@@ -61,6 +63,7 @@ class _Holds:
         # the deadline the thread sleeps until (inf: until a datagram comes), so that a hold
         # wakes it only when it must wake sooner
         self.sleeps_until = float("inf")
+        self.released_datagrams = 0  # datagrams of tokens received (for tests)
         self.sock: Optional[socket.socket] = None
         self.address: Optional[bytes] = None
         self.thread: Optional[threading.Thread] = None
@@ -121,13 +124,13 @@ class _Holds:
         while True:
             try:
                 sock.settimeout(self._next_timeout())
-                packets = [sock.recvmsg(64, space)]
+                packets = [sock.recvmsg(_TOKEN_LEN * _TOKENS_PER_DATAGRAM, space)]
                 # Then every datagram already queued, in this one turn of the GIL: the queue
                 # holds few (net.unix.max_dgram_qlen), and a receiver that finds it full waits.
                 sock.settimeout(0.0)  # (with a timeout, Python would wait for more)
                 while len(packets) < 256:
                     try:
-                        packets.append(sock.recvmsg(64, space))
+                        packets.append(sock.recvmsg(_TOKEN_LEN * _TOKENS_PER_DATAGRAM, space))
                     except (BlockingIOError, InterruptedError):
                         break
             except (socket.timeout, BlockingIOError, InterruptedError):
@@ -135,8 +138,10 @@ class _Holds:
                 continue
             except OSError:
                 return  # the socket was closed (exit)
-            tokens = [data for data, anc, _flags, _addr in packets
-                      if len(data) == _TOKEN_LEN and _sender_uid(anc) == uid]
+            tokens = [data[i:i + _TOKEN_LEN] for data, anc, _flags, _addr in packets
+                      if data and len(data) % _TOKEN_LEN == 0 and _sender_uid(anc) == uid
+                      for i in range(0, len(data), _TOKEN_LEN)]
+            self.released_datagrams += sum(1 for data, _a, _f, _ad in packets if data)
             if tokens:
                 with self.lock:
                     dropped = [self.holds.pop(t, None) for t in tokens]
@@ -180,14 +185,96 @@ def hold(obj: Any, one_receiver: bool = True) -> Optional[Tuple[bytes, bytes]]:
 
 
 def release(address: bytes, token: bytes) -> None:
-    """Tells the sender that this copy has been opened (or dropped). Never raises: a sender
-    that is gone has nothing left to release."""
-    global _client
+    """Tells the sender that this copy has been opened (or dropped), within a millisecond or
+    so. Never raises: a sender that is gone has nothing left to release."""
     if not isinstance(address, bytes) or not isinstance(token, bytes) or len(token) != _TOKEN_LEN:
         return
     if not address.startswith(b"\0ascend_ipc.hold."):
         return  # only this package's sockets: a crafted pickle cannot aim datagrams elsewhere
-    _send(address, token)
+    _releases.add(address, token)
+
+
+class _Releases:
+    """This process's releases on their way. One that comes alone goes at once; those that
+    follow it within a millisecond gather and go to each sender as one datagram of tokens, sent
+    by a daemon thread a millisecond later (and at exit, multiprocessing's children included,
+    whatever is left). A datagram per release made the sender's thread take the GIL and run
+    for each open, beside the IPC server thread serving the next import: a burst of opens now
+    costs the sender one wake-up per millisecond."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        # reentrant: a collection while a release is added may release another copy
+        self.cond = threading.Condition(threading.RLock())
+        self.pending: Dict[bytes, List[bytes]] = {}
+        self.thread: Optional[threading.Thread] = None
+        self.idle = True  # the thread waits for a release (or does not exist yet)
+        self.last_sent = 0.0  # time.monotonic() of the last datagram
+        self.pid = os.getpid()
+
+    def add(self, address: bytes, token: bytes) -> None:
+        now = time.monotonic()
+        with self.cond:
+            alone = not self.pending and now - self.last_sent >= _GATHER_S
+            if alone:
+                self.last_sent = now
+        if alone:
+            _send(address, token)
+            return
+        with self.cond:
+            self.pending.setdefault(address, []).append(token)
+            if not self.idle:
+                return
+            self.idle = False
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="ascend_ipc-release", daemon=True)
+                self.thread.start()
+                # multiprocessing's children leave by os._exit after their finalizers, not atexit
+                _mp_util().Finalize(None, self.flush, exitpriority=0)
+            else:
+                self.cond.notify()
+
+    def _take(self) -> Dict[bytes, List[bytes]]:
+        with self.cond:
+            batch, self.pending = self.pending, {}
+            if batch:
+                self.last_sent = time.monotonic()
+        return batch
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.pending:
+                    self.idle = True
+                    self.cond.wait()
+            time.sleep(_GATHER_S)  # the releases of a burst of opens go together
+            self._send(self._take())
+
+    def flush(self) -> None:
+        """Sends every release gathered so far now."""
+        if self.pid == os.getpid():
+            self._send(self._take())
+
+    @staticmethod
+    def _send(batch: Dict[bytes, List[bytes]]) -> None:
+        for address, tokens in batch.items():
+            for i in range(0, len(tokens), _TOKENS_PER_DATAGRAM):
+                _send(address, b"".join(tokens[i:i + _TOKENS_PER_DATAGRAM]))
+
+    def after_fork_in_child(self) -> None:
+        self._reset()  # the parent's releases are the parent's to send
+
+
+def _mp_util() -> Any:
+    import multiprocessing.util
+
+    return multiprocessing.util
+
+
+_releases = _Releases()
+os.register_at_fork(after_in_child=_releases.after_fork_in_child)
 
 
 def _send(address: bytes, data: bytes) -> None:
@@ -197,10 +284,19 @@ def _send(address: bytes, data: bytes) -> None:
         try:
             if _client is None or _client[0] != os.getpid():
                 _client = (os.getpid(), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+            sock = _client[1]
+            try:
+                # a blocking socket told not to wait: one syscall (with a timeout set,
+                # Python would poll before every send)
+                sock.sendto(data, socket.MSG_DONTWAIT, address)
+            except BlockingIOError:
                 # a sender's queue holds few datagrams: wait for its thread to read, but not
                 # for a stopped sender (that copy's hold then ends at its deadline)
-                _client[1].settimeout(1.0)
-            _client[1].sendto(data, address)
+                sock.settimeout(1.0)
+                try:
+                    sock.sendto(data, address)
+                finally:
+                    sock.settimeout(None)
         except OSError:
             pass
 
@@ -210,6 +306,7 @@ def _close_sockets() -> None:
     # At exit the holds go with the process; the sockets are closed rather than left to the
     # collector (which would warn about them).
     global _client
+    _releases.flush()
     with _client_lock:
         if _client is not None and _client[0] == os.getpid():
             _client[1].close()

@@ -205,6 +205,19 @@ def test_released_holds_leave_no_bookkeeping_behind():
     assert len(_handoff._state.deadlines) <= 2 * 100 + 1024
 
 
+def test_a_burst_of_releases_goes_in_few_datagrams():
+    # A receiver's releases of a moment go to the sender together: a datagram per release
+    # made the sender's thread run once per open, beside its IPC server thread.
+    holds = [_handoff.hold(aipc.from_numpy(np.ones(4))) for _ in range(300)]
+    gc.collect()
+    assert _handoff.held() == 300
+    before = _handoff._state.released_datagrams
+    for address, token in holds:
+        _handoff.release(address, token)
+    assert _settle(lambda: _handoff.held() == 0, 10)
+    assert _handoff._state.released_datagrams - before < 100
+
+
 def test_closing_or_dropping_a_copy_unopened_releases_it():
     # ForkingPickler: multiprocessing's pickler for queues and pipes, one receiver per copy
     a = aipc.from_numpy(np.ones(16))
