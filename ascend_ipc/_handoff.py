@@ -208,6 +208,7 @@ class _Releases:
     def _reset(self) -> None:
         # reentrant: a collection while a release is added may release another copy
         self.cond = threading.Condition(threading.RLock())
+        self.sending = threading.RLock()
         self.pending: Dict[bytes, List[bytes]] = {}
         self.thread: Optional[threading.Thread] = None
         self.idle = True  # the thread waits for a release (or does not exist yet)
@@ -220,21 +221,35 @@ class _Releases:
             alone = not self.pending and now - self.last_sent >= _GATHER_S
             if alone:
                 self.last_sent = now
+            else:
+                self.pending.setdefault(address, []).append(token)
+                start = self.idle and self.thread is None
+                if self.idle and not start:
+                    self.cond.notify()
+                self.idle = False
+                if start:
+                    self.thread = threading.current_thread()  # a placeholder: one starter
         if alone:
             _send(address, token)
+        elif start:
+            self._start()
+
+    def _start(self) -> None:
+        # Outside the lock: a collection in the new thread may release copies too.
+        try:
+            thread = threading.Thread(target=self._run, name="ascend_ipc-release", daemon=True)
+            thread.start()
+            # multiprocessing's children leave by os._exit after their finalizers, not atexit;
+            # the lowest priority runs last, after finalizers that may release copies
+            _mp_util().Finalize(None, self.flush, exitpriority=-1000)
+        except Exception:  # no thread (interpreter shutting down, out of resources): send now
+            with self.cond:
+                self.thread = None
+                self.idle = True
+            self.flush()
             return
         with self.cond:
-            self.pending.setdefault(address, []).append(token)
-            if not self.idle:
-                return
-            self.idle = False
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name="ascend_ipc-release", daemon=True)
-                self.thread.start()
-                # multiprocessing's children leave by os._exit after their finalizers, not atexit
-                _mp_util().Finalize(None, self.flush, exitpriority=0)
-            else:
-                self.cond.notify()
+            self.thread = thread
 
     def _take(self) -> Dict[bytes, List[bytes]]:
         with self.cond:
@@ -243,6 +258,15 @@ class _Releases:
                 self.last_sent = time.monotonic()
         return batch
 
+    def _send_pending(self, wait: Optional[float] = None) -> None:
+        # One sender at a time, so that a flush at exit also waits for a batch the thread has
+        # taken but not sent yet (at most a queue's wait, a second)
+        if self.sending.acquire(timeout=-1 if wait is None else wait):
+            try:
+                self._send(self._take())
+            finally:
+                self.sending.release()
+
     def _run(self) -> None:
         while True:
             with self.cond:
@@ -250,12 +274,12 @@ class _Releases:
                     self.idle = True
                     self.cond.wait()
             time.sleep(_GATHER_S)  # the releases of a burst of opens go together
-            self._send(self._take())
+            self._send_pending()
 
     def flush(self) -> None:
         """Sends every release gathered so far now."""
         if self.pid == os.getpid():
-            self._send(self._take())
+            self._send_pending(wait=2.0)
 
     @staticmethod
     def _send(batch: Dict[bytes, List[bytes]]) -> None:
@@ -277,26 +301,32 @@ _releases = _Releases()
 os.register_at_fork(after_in_child=_releases.after_fork_in_child)
 
 
+def _client_after_fork_in_child() -> None:
+    # Another thread of the parent (the release thread, a poke) may have held the lock at
+    # the fork: the child starts with its own lock and socket.
+    global _client_lock, _client
+    _client_lock = threading.RLock()
+    _client = None
+
+
+os.register_at_fork(after_in_child=_client_after_fork_in_child)
+
+
 def _send(address: bytes, data: bytes) -> None:
     """One datagram to a release socket, on this process's client socket. Never raises."""
     global _client
     with _client_lock:
         try:
             if _client is None or _client[0] != os.getpid():
-                _client = (os.getpid(), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
-            sock = _client[1]
-            try:
-                # a blocking socket told not to wait: one syscall (with a timeout set,
-                # Python would poll before every send)
-                sock.sendto(data, socket.MSG_DONTWAIT, address)
-            except BlockingIOError:
-                # a sender's queue holds few datagrams: wait for its thread to read, but not
-                # for a stopped sender (that copy's hold then ends at its deadline)
-                sock.settimeout(1.0)
-                try:
-                    sock.sendto(data, address)
-                finally:
-                    sock.settimeout(None)
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                # A sender's queue holds few datagrams: wait for its thread to read, but not
+                # for a stopped sender (that copy's hold then ends at its deadline). The
+                # kernel waits (SO_SNDTIMEO) on a blocking socket: one syscall per datagram;
+                # with a Python timeout each send would be a poll first, and a full queue of
+                # an unconnected datagram socket still polls writable.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("@ll", 1, 0))
+                _client = (os.getpid(), sock)
+            _client[1].sendto(data, address)
         except OSError:
             pass
 
@@ -323,7 +353,10 @@ def release_all() -> None:
         dropped = list(_state.holds.values())
         _state.holds.clear()
         _state.deadlines.clear()
+        address = _state.address if _state.pid == os.getpid() else None
     del dropped
+    if address is not None:
+        _send(address, b"")  # the thread looks at the (now no) deadlines again
 
 
 def held() -> int:

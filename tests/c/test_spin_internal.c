@@ -68,10 +68,9 @@ TEST(bad_values_keep_the_default) {
 
 TEST(polling_ends_at_its_deadline) {
   uint64_t start = aipc__os_now_ns(), until = start + 2000 * US;
-  long polls = 0;
-  while (aipc__spin_again(until)) polls++;
+  while (aipc__spin_again(until)) {
+  }
   uint64_t took = aipc__os_now_ns() - start;
   CHECK(took >= 2000 * US);
   CHECK(took < 1000000 * US); /* a second: only a stopped machine takes that long */
-  CHECK(polls > 0);
 }

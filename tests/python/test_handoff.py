@@ -168,9 +168,11 @@ def test_an_unopened_copy_is_let_go_at_the_deadline(monkeypatch):
 def test_a_sooner_deadline_wakes_the_holder(monkeypatch):
     # The holder thread sleeps until the soonest deadline it knows; a hold made later with a
     # shorter timeout must still end on time, while the earlier, longer one stays.
+    _handoff.release_all()  # earlier tests' holds (and deadlines) go
     monkeypatch.setenv("ASCEND_IPC_SEND_TIMEOUT_S", "30")
     long_blob = pickle.dumps(aipc.export(aipc.from_numpy(np.ones(16))))
-    time.sleep(0.1)  # the thread is asleep until the 30 s deadline now
+    # the thread sleeps until the 30 s deadline now, nothing sooner
+    assert _settle(lambda: 20 < _handoff._state.sleeps_until - time.monotonic() < 31, 10)
     monkeypatch.setenv("ASCEND_IPC_SEND_TIMEOUT_S", "0.5")
     short_blob = pickle.dumps(aipc.export(aipc.from_numpy(np.ones(8))))
     gc.collect()

@@ -548,11 +548,13 @@ static void dispatch(aipc__cconn *c, const uint8_t *buf, size_t len, int *fds, i
   }
 }
 
-/* Receives one packet for everyone (for at most a time slice) and hands it
- * out. c->mu held on entry and on return, released while receiving. */
-static void read_one(aipc__cconn *c, aipc__csock *s) {
+/* Receives one packet for everyone (for at most a time slice; polling first,
+ * but never past deadline_ms) and hands it out. c->mu held on entry and on
+ * return, released while receiving. */
+static void read_one(aipc__cconn *c, aipc__csock *s, uint64_t deadline_ms) {
   c->reading = true;
   uint64_t start = aipc__os_now_ns(), until = aipc__spin_until(&c->spin, start);
+  if (until > deadline_ms * 1000000u) until = deadline_ms * 1000000u; /* one clock: CLOCK_MONOTONIC */
   pthread_mutex_unlock(&c->mu);
   if (until)
     while (!aipc__os_readable(s->fd) && aipc__spin_again(until)) {
@@ -624,7 +626,7 @@ static rt_result request(aipc__cconn *c, aipc__msg *q, aipc__creq *r, uint64_t d
   pthread_mutex_lock(&c->mu);
   /* An exporter that refused the connection at accept has closed it by now:
    * its ERROR waits in our queue. */
-  if (sr == RT_DEAD && c->sock == s && r->state == CREQ_WAITING && !c->reading) read_one(c, s);
+  if (sr == RT_DEAD && c->sock == s && r->state == CREQ_WAITING && !c->reading) read_one(c, s, deadline);
   if (sr != RT_OK && r->state != CREQ_DONE) {
     /* nothing went out (one packet is sent whole or not at all) */
     if (r->state == CREQ_WAITING) creq_unlink(c, r);
@@ -639,7 +641,7 @@ static rt_result request(aipc__cconn *c, aipc__msg *q, aipc__creq *r, uint64_t d
       return RT_TIMEOUT;
     }
     if (!c->reading)
-      read_one(c, s);
+      read_one(c, s, deadline);
     else
       wait_until(c, deadline);
   }
