@@ -6,9 +6,9 @@ export) alive for that copy under a fresh 128-bit token. Through multiprocessing
 ForkingPickler (queues, pipes, DataLoader workers: one receiver per copy), the pickle
 carries the hold — the address of this process's release socket and the token — and the
 receiver's open(), or the copy's close or collection without an open, sends the token back
-(a receiver's releases of one millisecond together, in one datagram): the hold goes at once. Plain pickle may feed many receivers
-(torch.distributed's broadcast_object_list sends one pickle to every rank), so such a copy
-carries no release and is held until the deadline. Either way a copy is let go after
+(a receiver's releases of one millisecond together, in one datagram): the hold goes at once.
+Plain pickle may feed many receivers (torch.distributed's broadcast_object_list sends one
+pickle to every rank), so such a copy carries no release and is held until the deadline. Either way a copy is let go after
 ASCEND_IPC_SEND_TIMEOUT_S seconds (default 60), so what a sender holds is bounded by what
 is in flight.
 
@@ -33,6 +33,7 @@ _DEFAULT_TIMEOUT_S = 60.0
 _TOKEN_LEN = 16
 _TOKENS_PER_DATAGRAM = 256  # 4 KiB of tokens
 _GATHER_S = 0.001  # how long releases gather before they go
+_DRAIN_MAX = 256  # datagrams the hold thread takes in one turn
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
@@ -100,11 +101,11 @@ class _Holds:
 
     def _next_timeout(self) -> Optional[float]:
         with self.lock:
-            self.sleeps_until = self.deadlines[0][0] if self.deadlines else float("inf")
-            if not self.deadlines:
-                return None
+            self.sleeps_until = until = self.deadlines[0][0] if self.deadlines else float("inf")
+        if until == float("inf"):
+            return None
         # at least a millisecond: a zero timeout would make the socket non-blocking
-        return max(0.001, self.sleeps_until - time.monotonic())
+        return max(0.001, until - time.monotonic())
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -128,7 +129,7 @@ class _Holds:
                 # Then every datagram already queued, in this one turn of the GIL: the queue
                 # holds few (net.unix.max_dgram_qlen), and a receiver that finds it full waits.
                 sock.settimeout(0.0)  # (with a timeout, Python would wait for more)
-                while len(packets) < 256:
+                while len(packets) < _DRAIN_MAX:
                     try:
                         packets.append(sock.recvmsg(_TOKEN_LEN * _TOKENS_PER_DATAGRAM, space))
                     except (BlockingIOError, InterruptedError):

@@ -361,17 +361,15 @@ int main(int argc, char **argv) {
    * (b) in that placement alone (to profile one) and skips (c) and (d) */
   int quick = 0, only = -1;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--quick") == 0) {
-      quick = 1;
-      continue;
-    }
-    for (int k = 0; k < PLACEMENTS && i + 1 < argc && strcmp(argv[i], "--only") == 0; k++)
-      if (strcmp(argv[i + 1], placement_names[k]) == 0) only = k;
-    if (strcmp(argv[i], "--only") != 0 || only < 0) {
+    bool ok = strcmp(argv[i], "--quick") == 0;
+    if (ok) quick = 1;
+    if (!ok && strcmp(argv[i], "--only") == 0 && ++i < argc)
+      for (int k = 0; k < PLACEMENTS; k++)
+        if (strcmp(argv[i], placement_names[k]) == 0) ok = (only = k, true);
+    if (!ok) {
       fprintf(stderr, "usage: %s [--quick] [--only split|floating|one_cpu]\n", argv[0]);
       return 2;
     }
-    i++;
   }
   int reps = quick ? 300 : 3000;
   ACL(aclInit(NULL));

@@ -126,25 +126,22 @@ static inline void bench_poll_for_input(int fd, double window) {
   while (poll(&p, 1, 0) == 0 && now() < until) sched_yield();
 }
 
-/* The floor's peer: echoes every packet until the socket closes. */
-static inline void bench_echo_serve(int sock) {
+/* Echoes every packet until the socket closes, polling for each for up to
+ * window seconds first (0: blocking in recv alone). */
+static inline void bench_echo_loop(int sock, double window) {
   char b[512];
-  for (;;) {
-    ssize_t r = recv(sock, b, sizeof b, 0);
-    if (r <= 0 || send(sock, b, (size_t)r, MSG_NOSIGNAL) != r) return;
-  }
-}
-static inline pid_t bench_echo_start(int *fd) { return bench_peer_start(fd, bench_echo_serve); }
-
-/* The same, waiting for each packet the way the library does. */
-static inline void bench_echo_poll_serve(int sock) {
-  char b[512];
-  double window = bench_poll_window();
   for (;;) {
     bench_poll_for_input(sock, window);
     ssize_t r = recv(sock, b, sizeof b, 0);
     if (r <= 0 || send(sock, b, (size_t)r, MSG_NOSIGNAL) != r) return;
   }
 }
+
+/* The floor's peer: blocks for each packet. */
+static inline void bench_echo_serve(int sock) { bench_echo_loop(sock, 0); }
+static inline pid_t bench_echo_start(int *fd) { return bench_peer_start(fd, bench_echo_serve); }
+
+/* The same, waiting for each packet the way the library does. */
+static inline void bench_echo_poll_serve(int sock) { bench_echo_loop(sock, bench_poll_window()); }
 
 #endif
