@@ -51,7 +51,7 @@ EXAMPLES = $(patsubst examples/c/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
 RPATH = -Wl,-rpath,'$$ORIGIN/..'
 
-.PHONY: all lib test test-c test-py test-py-asan test-matrix demo demo-c bench bench-c test-hw valgrind clean venv \
+.PHONY: all lib test test-c check-layers test-py test-py-asan test-matrix demo demo-c bench bench-c test-hw valgrind clean venv \
   wheel wheel-check
 
 all: lib
@@ -80,8 +80,12 @@ $(PROGRAMS): $(LIB) $(INTERNAL_LIB)
 	$(CC) $(CFLAGS_ALL) -o $@ $(filter %.c,$^) \
 	  $(if $(filter %_internal,$@),$(INTERNAL_LIB),-L$(BUILD) -lascendcl_emu $(RPATH)) $(LDLIBS_ALL)
 
-test-c: $(CTESTS)
+test-c: $(CTESTS) check-layers
 	@set -e; for t in $(CTESTS); do echo "== $$t"; $$t; done
+
+# The library's files call each other one way (tests/layers/check_layers.py).
+check-layers: $(LIB)
+	$(PYTHON) tests/layers/check_layers.py $(BUILD)
 
 valgrind: $(CTESTS)
 	@set -e; for t in $(CTESTS); do echo "== valgrind $$t"; \

@@ -1,5 +1,6 @@
-/* Devices, the per-thread current device, peer access, and the emulator's
- * lifecycle (aclInit / aclFinalize). */
+/* Devices: the per-thread current device, the process-wide set counts, peer
+ * access. The lifecycle that spans every module (aclInit, aclFinalize,
+ * aclrtResetDeviceForce, fork) is runtime.c's; this file calls nothing above it. */
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -61,7 +62,7 @@ aclError aipc__emu_reset_device(int32_t deviceId) {
   return ACL_SUCCESS;
 }
 
-aclError aipc__emu_reset_device_force(int32_t deviceId) {
+aclError aipc__device_unset_all(int32_t deviceId) {
   aclError rc = check_id("aclrtResetDeviceForce", "deviceId", deviceId);
   if (rc) return rc;
   if (atomic_exchange(&g_set_count[deviceId], 0) == 0)
@@ -69,8 +70,6 @@ aclError aipc__emu_reset_device_force(int32_t deviceId) {
                       "aclrtResetDeviceForce: device %d is not set in this process (no aclrtSetDevice since it was "
                       "last reset)",
                       (int)deviceId);
-  /* Its memory stays allocated, as with aclrtResetDevice; its streams go. */
-  aipc__stream_reset_device(deviceId);
   return ACL_SUCCESS;
 }
 
@@ -105,41 +104,9 @@ aclError aipc__emu_device_get_bare_tgid(int32_t *pid) {
   return ACL_SUCCESS;
 }
 
-aclError aipc__emu_get_mem_info(aclrtMemAttr attr, size_t *free, size_t *total) {
-  if ((unsigned)attr > ACL_HBM_MEM_P2P_NORMAL)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: attr %d is not an aclrtMemAttr (0..9)", (int)attr);
-  if (!free) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: free is NULL");
-  if (!total) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: total is NULL");
-  uint64_t cap = aipc__config_get()->memory;
-  uint64_t used = aipc__mem_used(aipc__device_current());
-  *free = (size_t)(cap - used);
-  *total = (size_t)cap;
-  return ACL_SUCCESS;
-}
-
 void aipc__device_finalize(void) {
   atomic_fetch_add(&g_gen, 1);
   for (int d = 0; d < AIPC_MAX_DEVICES; d++) atomic_store(&g_set_count[d], 0);
 }
 
 aipc_cstr aipc__emu_get_recent_err_msg(void) { return aipc__recent_err_msg(); }
-
-aclError aipc__emu_init(const char *configPath) {
-  /* Everything starts lazily; the config file of CANN has no meaning here. */
-  (void)configPath;
-  (void)aipc__config_get();
-  return ACL_SUCCESS;
-}
-
-aclError aipc__emu_finalize(void) {
-  /* Streams first (their queued copies touch memory), then IPC (it unpins
-   * and removes its blocks), then whatever memory is left. */
-  aipc__stream_finalize();
-  aipc__event_finalize();
-  aipc__notify_finalize();
-  aipc__vmm_finalize();
-  aipc__ipc_finalize();
-  aipc__mem_finalize();
-  aipc__device_finalize();
-  return ACL_SUCCESS;
-}

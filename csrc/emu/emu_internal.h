@@ -48,5 +48,8 @@ void aipc__notify_atfork_child(void);
 
 /* device.c */
 void aipc__device_finalize(void);
+/* aclrtResetDeviceForce's check and claim: every aclrtSetDevice of deviceId
+ * is undone; an error when it was not set. */
+aclError aipc__device_unset_all(int32_t deviceId);
 
 #endif

@@ -429,6 +429,19 @@ void aipc__mem_remove_import(aipc__block *b) {
   free(mb);
 }
 
+/* Capacity left on the calling thread's current device. */
+aclError aipc__emu_get_mem_info(aclrtMemAttr attr, size_t *free, size_t *total) {
+  if ((unsigned)attr > ACL_HBM_MEM_P2P_NORMAL)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: attr %d is not an aclrtMemAttr (0..9)", (int)attr);
+  if (!free) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: free is NULL");
+  if (!total) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: total is NULL");
+  uint64_t cap = aipc__config_get()->memory;
+  uint64_t used = aipc__mem_used(aipc__device_current());
+  *free = (size_t)(cap - used);
+  *total = (size_t)cap;
+  return ACL_SUCCESS;
+}
+
 /* ---- host memory -------------------------------------------------------- */
 
 aclError aipc__emu_malloc_host(void **hostPtr, size_t size) {
@@ -712,13 +725,11 @@ void aipc__mem_finalize(void) {
 }
 
 void aipc__mem_atfork_prepare(void) {
-  aipc__stream_atfork_prepare();
   aipc__mem_wrlock();
 }
 
 void aipc__mem_atfork_parent(void) {
   aipc__mem_unlock();
-  aipc__stream_atfork_parent();
 }
 
 void aipc__mem_atfork_child(void) {

@@ -1,4 +1,27 @@
-/* The emulator's provider table and its single fork registration. */
+/*
+ * The emulator's provider table and the lifecycle that spans its modules:
+ * aclInit, aclFinalize, aclrtResetDeviceForce and fork. Each module keeps
+ * its own state behind its own lock and offers init/finalize/fork hooks;
+ * only this file knows their order, and nothing below calls back up.
+ *
+ * The layers, top down (each calls only those below it):
+ *
+ *   runtime.c                       this file: lifecycle and the provider table
+ *   event.c  notify.c               events, notifies (their pages shared through ipc/)
+ *   vmm.c                           reservations, physical memory (shared through ipc/)
+ *   ipc/                            keys, exporter, importer, the wire
+ *   stream.c  handles               streams and their workers; the handle registry
+ *   memory.c                        every address range, behind the memory lock
+ *   device.c  config.c  buddy.c     current device, settings, the arenas' allocator
+ *   core/  os/                      containers, errors, platform calls
+ *
+ * Lock order, outermost first, the same as the call order above:
+ *   event -> notify -> vmm -> IPC layer (exporter, importer, connection)
+ *   -> streams -> memory
+ * A module may hold its lock while calling a module to its right, never the
+ * other way round; fork's prepare takes them in this order, the parent's and
+ * child's hooks undo them in reverse.
+ */
 #include <pthread.h>
 
 #include "core/provider.h"
@@ -9,11 +32,13 @@ static void atfork_prepare(void) {
   aipc__notify_atfork_prepare();
   aipc__vmm_atfork_prepare();
   aipc__ipc_atfork_prepare();
+  aipc__stream_atfork_prepare();
   aipc__mem_atfork_prepare();
 }
 
 static void atfork_parent(void) {
   aipc__mem_atfork_parent();
+  aipc__stream_atfork_parent();
   aipc__ipc_atfork_parent();
   aipc__vmm_atfork_parent();
   aipc__notify_atfork_parent();
@@ -52,4 +77,33 @@ const aipc_provider *aipc__emu_provider(void) {
    * process that only loads the library pays nothing at fork. */
   pthread_once(&atfork_once, register_atfork);
   return &emu_provider;
+}
+
+aclError aipc__emu_init(const char *configPath) {
+  /* Everything starts lazily; the config file of CANN has no meaning here. */
+  (void)configPath;
+  (void)aipc__config_get();
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_finalize(void) {
+  /* Streams first (their queued work touches events, notifies and memory),
+   * then what shares through the IPC layer, then the IPC layer (it unpins
+   * and removes its blocks), then whatever memory is left. */
+  aipc__stream_finalize();
+  aipc__event_finalize();
+  aipc__notify_finalize();
+  aipc__vmm_finalize();
+  aipc__ipc_finalize();
+  aipc__mem_finalize();
+  aipc__device_finalize();
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_reset_device_force(int32_t deviceId) {
+  aclError rc = aipc__device_unset_all(deviceId);
+  if (rc) return rc;
+  /* Its memory stays allocated, as with aclrtResetDevice; its streams go. */
+  aipc__stream_reset_device(deviceId);
+  return ACL_SUCCESS;
 }

@@ -4,7 +4,6 @@
 #include <grp.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <sys/syscall.h>
 
 #include "ipc_util.h"
 
@@ -778,97 +777,4 @@ TEST(overlapping_exports_imported_together) {
   CHECK_OK(aclrtIpcMemClose(k2));
   CHECK_OK(aclrtFree(p));
   CHECK_OK(aclFinalize());
-}
-
-/* ---- polling before a wait (emu/ipc/spin.h) ------------------------------------------- */
-
-static int burst_child(chan *c, void *arg) {
-  int n = *(int *)arg;
-  char key[KEYLEN] = {0};
-  from_parent(c, key, KEYLEN);
-  for (int i = 0; i < n; i++) {
-    void *p = NULL;
-    CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
-    CHECK_EQ(((volatile unsigned char *)p)[i % PAGE], (unsigned char)(i % PAGE));
-    CHECK_OK(aclrtIpcMemClose(key));
-  }
-  send_int(c->up[1], 1);
-  CHECK_OK(aclFinalize());
-  return 0;
-}
-
-static double cpu_seconds(void) {
-  struct timespec ts;
-  CHECK(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0); /* every thread's, the server's too */
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* How often this process's threads other than the calling one went to sleep
- * (a blocking wait; a sched_yield is not one). */
-static long others_sleeps(void) {
-  long total = 0;
-  char path[320];
-  DIR *d = opendir("/proc/self/task");
-  CHECK(d != NULL);
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.' || atoi(e->d_name) == (int)syscall(SYS_gettid)) continue;
-    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue; /* gone meanwhile */
-    char line[256];
-    long v;
-    while (fgets(line, sizeof line, f))
-      if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1) total += v;
-    fclose(f);
-  }
-  closedir(d);
-  return total;
-}
-
-/* A burst of n imports from another process; then the exporter idles and
- * must use (next to) no CPU: its server thread stops polling and blocks.
- * Returns how often the exporter's threads slept during the burst. */
-static long burst_then_idle(int n) {
-  char key[KEYLEN] = {0};
-  unsigned char *p = export_new(PAGE, EXPORT_ANY, key);
-  for (size_t i = 0; i < PAGE; i++) p[i] = (unsigned char)i;
-  chan c;
-  chan_open(&c);
-  long sleeps0 = others_sleeps();
-  int pid = chan_spawn(&c, burst_child, &n);
-  to_child(&c, key, KEYLEN);
-  CHECK_EQ(recv_int(c.up[0]), 1);
-  long sleeps = others_sleeps() - sleeps0;
-  CHECK_EQ(th_wait(pid), 0);
-  chan_close(&c);
-  double cpu0 = cpu_seconds(), t0 = now_s();
-  struct timespec idle = {0, 300 * 1000 * 1000};
-  while (nanosleep(&idle, &idle) != 0) {
-  }
-  double used = cpu_seconds() - cpu0, wall = now_s() - t0;
-  /* a poll lasts 100 us at most: anything like a busy thread would show
-   * as a large share of the 300 ms */
-  CHECK(used < wall * (under_valgrind() ? 0.5 : 0.1));
-  CHECK_OK(aclrtIpcMemClose(key));
-  CHECK_OK(aclrtFree(p));
-  CHECK_OK(aclFinalize());
-  return sleeps;
-}
-
-/* During a burst the exporter's server thread polls for the next request
- * instead of sleeping for each: fewer than one sleep in four requests (a
- * handful in practice). A machine with one CPU never polls; valgrind's
- * clock makes the windows meaningless. */
-TEST(an_exporter_polls_through_a_burst_and_idles_after_it) {
-  int n = under_valgrind() ? 50 : 2000;
-  long sleeps = burst_then_idle(n);
-  if (sysconf(_SC_NPROCESSORS_ONLN) >= 2 && !under_valgrind()) CHECK(sleeps < n / 4);
-}
-
-TEST(with_polling_off_it_sleeps_for_every_request) {
-  setenv("ASCEND_IPC_POLL_US", "0", 1); /* read once per process: the child inherits it */
-  int n = under_valgrind() ? 20 : 500;
-  long sleeps = burst_then_idle(n);
-  CHECK(sleeps >= n / 2); /* about every request (one found waiting skips a sleep) */
 }

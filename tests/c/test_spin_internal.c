@@ -1,15 +1,21 @@
 /*
  * White-box tests of the poll window before IPC waits (emu/ipc/spin.h):
  * learnt as the haltpoll governor learns it, capped by ASCEND_IPC_POLL_US,
- * off when that is 0 or the machine has one CPU, and bounded in time.
+ * off when that is 0 or the machine has one CPU, and bounded in time; and an
+ * exporter serving a burst of imports from another process, which then
+ * sleeps without a deadline (no thread left polling), and never polls when
+ * polling is off. None of it asserts how fast anything is: how much polling
+ * saves is a figure of make bench-c, not a test's.
  * Links libaipc_internal.a.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <time.h>
 
-#include "harness.h"
+#include "ipc_util.h"
 
 #include "emu/ipc/spin.h"
 #include "os/os.h"
@@ -73,4 +79,110 @@ TEST(polling_ends_at_its_deadline) {
   uint64_t took = aipc__os_now_ns() - start;
   CHECK(took >= 2000 * US);
   CHECK(took < 1000000 * US); /* a second: only a stopped machine takes that long */
+}
+
+/* ---- an exporter through a burst of imports ---------------------------------------- */
+
+/* Imports and closes key n times, then reports how many of its own waits
+ * polled. */
+static int burst_child(chan *c, void *arg) {
+  int n = *(int *)arg;
+  char key[KEYLEN] = {0};
+  from_parent(c, key, KEYLEN);
+  for (int i = 0; i < n; i++) {
+    void *p = NULL;
+    CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
+    CHECK_EQ(((volatile unsigned char *)p)[i % PAGE], (unsigned char)(i % PAGE));
+    CHECK_OK(aclrtIpcMemClose(key));
+  }
+  send_int(c->up[1], (int)aipc__spin_polled_waits());
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+/* Whether thread tid of this process sleeps in epoll_wait with no deadline
+ * (the server's steady wait), read from /proc: its state and the system call
+ * it is blocked in, with that call's timeout argument. */
+static bool sleeps_in_an_endless_epoll_wait(const char *tid) {
+  char path[320], buf[512];
+  snprintf(path, sizeof path, "/proc/self/task/%s/stat", tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *state = strrchr(buf, ')'); /* after the name, which may hold anything */
+  if (!state || state[1] != ' ' || state[2] != 'S') return false;
+  snprintf(path, sizeof path, "/proc/self/task/%s/syscall", tid);
+  if (!(f = fopen(path, "r"))) return false;
+  long nr = -1;
+  unsigned long a[4] = {0};
+  int got = fscanf(f, "%ld %lx %lx %lx %lx", &nr, &a[0], &a[1], &a[2], &a[3]);
+  fclose(f);
+  if (got != 5) return false;
+  bool epoll = false;
+#ifdef SYS_epoll_wait
+  epoll = epoll || nr == SYS_epoll_wait;
+#endif
+  epoll = epoll || nr == SYS_epoll_pwait;
+  return epoll && (int)(uint32_t)a[3] == -1;
+}
+
+/* Waits until a thread of this process other than the caller sleeps in an
+ * epoll_wait without a deadline. A thread still polling is runnable and
+ * inside epoll_wait with a timeout of 0, or in sched_yield, so this holds
+ * only once polling stopped; the minute allowed is for a loaded machine. */
+static bool a_thread_sleeps_in_an_endless_epoll_wait(void) {
+  for (int tries = 0; tries < 60000; tries++) {
+    DIR *d = opendir("/proc/self/task");
+    CHECK(d != NULL);
+    struct dirent *e;
+    bool found = false;
+    while (!found && (e = readdir(d)))
+      found = e->d_name[0] != '.' && atoi(e->d_name) != (int)syscall(SYS_gettid) &&
+              sleeps_in_an_endless_epoll_wait(e->d_name);
+    closedir(d);
+    if (found) return true;
+    struct timespec ms = {0, 1000 * 1000};
+    nanosleep(&ms, NULL);
+  }
+  return false;
+}
+
+/* A burst of n imports from another process. Returns how many waits polled
+ * there; *polled_here: how many polled here (the server's). */
+static int burst(int n, uint64_t *polled_here) {
+  char key[KEYLEN] = {0};
+  unsigned char *p = export_new(PAGE, EXPORT_ANY, key);
+  for (size_t i = 0; i < PAGE; i++) p[i] = (unsigned char)i;
+  chan c;
+  chan_open(&c);
+  uint64_t before = aipc__spin_polled_waits();
+  int pid = chan_spawn(&c, burst_child, &n);
+  to_child(&c, key, KEYLEN);
+  int polled_there = recv_int(c.up[0]);
+  CHECK_EQ(th_wait(pid), 0);
+  chan_close(&c);
+  /* Idle now: the server's wait must end in a blocking one without a deadline. */
+  CHECK(a_thread_sleeps_in_an_endless_epoll_wait());
+  *polled_here = aipc__spin_polled_waits() - before;
+  CHECK_OK(aclrtIpcMemClose(key));
+  CHECK_OK(aclrtFree(p));
+  CHECK_OK(aclFinalize());
+  return polled_there;
+}
+
+TEST(an_exporter_serves_a_burst_then_sleeps_without_polling) {
+  int n = under_valgrind() ? 50 : 2000;
+  uint64_t polled_here = 0;
+  burst(n, &polled_here);
+}
+
+TEST(with_polling_off_neither_side_polls) {
+  setenv("ASCEND_IPC_POLL_US", "0", 1); /* read once per process: the child inherits it */
+  int n = under_valgrind() ? 20 : 500;
+  uint64_t polled_here = 1;
+  int polled_there = burst(n, &polled_here);
+  CHECK_EQ(polled_here, 0);
+  CHECK_EQ(polled_there, 0);
 }

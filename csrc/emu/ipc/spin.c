@@ -1,4 +1,6 @@
 /* Polling before a blocking wait, with a learnt window (spin.h). */
+#include <stdatomic.h>
+
 #include "emu/emu.h"
 #include "emu/ipc/spin.h"
 #include "os/os.h"
@@ -7,14 +9,19 @@
  * that polling would have caught its packet. */
 #define START_NS 10000u
 
+static _Atomic uint64_t g_polled_waits;
+
 static uint64_t window_max(void) { return (uint64_t)aipc__config_get()->poll_us * 1000u; }
 
 uint64_t aipc__spin_until(const aipc__spin *s, uint64_t start_ns) {
   uint64_t w = s->window_ns, max = window_max();
   if (w > max) w = max;
   if (w == 0 || aipc__os_cpus_online() < 2) return 0;
+  atomic_fetch_add_explicit(&g_polled_waits, 1, memory_order_relaxed);
   return start_ns + w;
 }
+
+uint64_t aipc__spin_polled_waits(void) { return atomic_load_explicit(&g_polled_waits, memory_order_relaxed); }
 
 bool aipc__spin_again(uint64_t until_ns) {
   aipc__os_yield();

@@ -33,5 +33,8 @@ uint64_t aipc__spin_until(const aipc__spin *s, uint64_t start_ns);
 bool aipc__spin_again(uint64_t until_ns);
 /* A wait that took waited_ns from its start to its packet. */
 void aipc__spin_learn(aipc__spin *s, uint64_t waited_ns);
+/* How many waits of this process have polled (aipc__spin_until gave a
+ * window): what a test can count where a clock would prove nothing. */
+uint64_t aipc__spin_polled_waits(void);
 
 #endif
