@@ -9,11 +9,13 @@ static void atfork_prepare(void) {
   aipc__notify_atfork_prepare();
   aipc__vmm_atfork_prepare();
   aipc__ipc_atfork_prepare();
+  aipc__stream_atfork_prepare();
   aipc__mem_atfork_prepare();
 }
 
 static void atfork_parent(void) {
   aipc__mem_atfork_parent();
+  aipc__stream_atfork_parent();
   aipc__ipc_atfork_parent();
   aipc__vmm_atfork_parent();
   aipc__notify_atfork_parent();
