@@ -5,9 +5,11 @@
  *                                           -> ipc/ (the IPC layer, uses memory.c)
  *                                           -> os/ (the platform calls, under all of them)
  *
- * Lock order, outermost first: the IPC layer's locks (the exporter's, the
- * importer's) -> memory lock. Nothing calls back from memory.c into the
- * IPC layer.
+ * Lock order, outermost first: vmm.c's lock, the IPC layer's locks (the
+ * exporter's, the importer's) -> memory lock. The memory lock is memory.c's
+ * alone: each aipc__mem_* operation below takes it inside and returns with it
+ * released, so a caller may hold its own locks but never the memory lock.
+ * Nothing calls back from memory.c into the IPC layer or the streams.
  */
 #ifndef ASCEND_IPC_EMU_EMU_H_
 #define ASCEND_IPC_EMU_EMU_H_
@@ -64,44 +66,84 @@ typedef struct aipc__block {
   void *impl_;           /* memory.c's bookkeeping */
 } aipc__block;
 
-/* The memory lock guards every block and the map. Copies hold it shared. */
-void aipc__mem_rdlock(void);
-void aipc__mem_wrlock(void);
-void aipc__mem_unlock(void);
+/*
+ * The memory lock (memory.c's own) guards every block, the map and the
+ * accounting; copies and memsets hold it shared across the bytes they move.
+ * Every operation here takes it itself ("takes the lock"). A block pointer
+ * handed out is a handle for its owner's later calls (an export's pin, an
+ * import's or vmm.c mapping's registration): its fields are memory.c's, read
+ * only through these calls. Anyone else gets a copy (aipc__mem_lookup).
+ */
 
-/* Block containing p, or NULL. O(log n). Lock held. */
-aipc__block *aipc__mem_find(const void *p);
+/* Copies the fields of the block containing p into *out (false, *out
+ * untouched: none). A snapshot: the block may change or go right after.
+ * O(log n). Takes the lock shared. */
+bool aipc__mem_lookup(const void *p, aipc__block *out);
 
-
-/* Registers a mapping [base, base+size) that another part owns: kind IMPORT
- * or SYNC_IMPORT (the IPC layer; device: the exporter's), or MAPPED
- * (vmm.c). Write lock held. Returns NULL when it overlaps a known block or
- * memory ran out. */
+/* Registers a mapping [base, base+size) that another part owns and maps
+ * itself: kind IMPORT or SYNC_IMPORT (the IPC layer; device: the
+ * exporter's), or MAPPED. Returns its handle, or NULL when it overlaps a
+ * known block (checked and inserted under one hold of the lock), base is
+ * NULL, size is 0, or memory ran out. Takes the lock exclusive. */
 aipc__block *aipc__mem_add_import(void *base, size_t size, int32_t device, aipc__mem_kind kind, void *ipc);
-
-/* A zeroed state page (AIPC_PAGE_SIZE bytes, kind SYNC) for an event or
- * notify of device, shareable like an allocation. Lock not held. */
-aclError aipc__mem_sync_alloc(const char *call, int32_t device, void **base);
-/* Releases it (at the last unpin if exported). Lock not held. */
-void aipc__mem_sync_free(void *base);
-/* Registers vmm.c's reservation [base, base+size), so that copies into its
- * unmapped parts are refused (false: out of memory), or forgets it. Write lock held. */
-bool aipc__mem_add_reserved(uintptr_t base, size_t size);
-void aipc__mem_remove_reserved(uintptr_t base);
-/* Whether any known block overlaps [base, base+size). Lock held. */
-bool aipc__mem_overlaps(uintptr_t base, size_t size);
-/* Counts len bytes of physical memory against device's capacity (false,
- * nothing counted, when they do not fit), or gives them back. Lock not held. */
-bool aipc__mem_charge(int32_t device, uint64_t len);
-void aipc__mem_uncharge(int32_t device, uint64_t len);
-/* Forgets an import or MAPPED block (the caller unmaps). Write lock held. */
+/* Forgets an import or MAPPED block (NULL: nothing); the caller unmaps it
+ * afterwards. Once this returns no copy runs on the range and none can
+ * start. Takes the lock exclusive. */
 void aipc__mem_remove_import(aipc__block *b);
 
-/* An export keeps its DEVICE block alive: aclrtFree of a pinned block only
- * marks it user_freed (or fails under ASCEND_IPC_STRICT=1), and the last
- * unpin then releases it. Write lock held. */
-void aipc__mem_pin(aipc__block *b);
+/* A zeroed state page (AIPC_PAGE_SIZE bytes, kind SYNC) for an event or
+ * notify of device, shareable like an allocation. Takes the lock exclusive. */
+aclError aipc__mem_sync_alloc(const char *call, int32_t device, void **base);
+/* Releases it (at the last unpin if exported). Takes the lock exclusive. */
+void aipc__mem_sync_free(void *base);
+/* Registers vmm.c's reservation [base, base+size), so that copies into its
+ * unmapped parts are refused (false: out of memory), or forgets it (vmm.c
+ * unmaps it afterwards). Both take the lock exclusive. */
+bool aipc__mem_add_reserved(uintptr_t base, size_t size);
+void aipc__mem_remove_reserved(uintptr_t base);
+/* vmm.c's mappings: maps fd (from offset 0) over [base, base+size) of a
+ * reservation, readable and writable or (!access) not at all, and registers
+ * it as a MAPPED block of device owned by owner (vmm.c's mapping), *out its
+ * handle. The overlap check, the map and the insert are one hold of the
+ * lock. Returns 0; -1 when a known block overlaps (nothing mapped); or the
+ * errno of a failure (the range is the reservation's again). Takes the lock
+ * exclusive. */
+int aipc__mem_add_mapping(void *base, size_t size, int fd, bool access, int32_t device, void *owner,
+                          aipc__block **out);
+/* Forgets a MAPPED block and puts the reservation back over its range, both
+ * under one hold of the lock, so no copy runs on it meanwhile. Takes the
+ * lock exclusive. */
+void aipc__mem_remove_mapping(aipc__block *b);
+/* Opens a MAPPED block made without access for reads and writes (nothing
+ * to do if open): 0, or the errno of mprotect. Takes the lock exclusive. */
+int aipc__mem_open_mapping(aipc__block *b);
+/* Counts len bytes of physical memory against device's capacity (false,
+ * nothing counted, when they do not fit), or gives them back. Both take the
+ * lock exclusive. */
+bool aipc__mem_charge(int32_t device, uint64_t len);
+void aipc__mem_uncharge(int32_t device, uint64_t len);
+
+/* An export keeps its DEVICE (or SYNC) block alive: aclrtFree of a pinned
+ * block only marks it user_freed (or fails under ASCEND_IPC_STRICT=1), and
+ * the last unpin then releases it. */
+typedef struct aipc__mem_pinned {
+  aipc__block *block; /* the export's handle, for aipc__mem_unpin and aipc__mem_pinned_freed */
+  int32_t device;     /* the block's */
+  uint64_t offset;    /* of devPtr in the block, and in its memfd */
+} aipc__mem_pinned;
+/* Finds the block holding [devPtr, devPtr+size), checks it is a live block
+ * of kind (DEVICE or SYNC) that the range fits in, and pins it: all under
+ * one hold of the lock, so no free comes between. A refusal is recorded
+ * (aipc__fail) with call's name, nothing pinned. Takes the lock exclusive. */
+aclError aipc__mem_export_pin(const char *call, const void *devPtr, size_t size, aipc__mem_kind kind,
+                              aipc__mem_pinned *out);
+/* Ends one pin; the last one of a freed block releases it. Takes the lock
+ * exclusive. */
 void aipc__mem_unpin(aipc__block *b);
+/* Whether the owner freed pinned block b (then it is gone for new imports);
+ * memfd, unless NULL, gets its memfd, open while the pin lasts. Takes the
+ * lock shared. */
+bool aipc__mem_pinned_freed(const aipc__block *b, int *memfd);
 
 /* ---- stream.c: work queued on streams ------------------------------------ */
 
@@ -146,7 +188,10 @@ void aipc__vmm_atfork_child(void);
 /* Each part resets itself in a forked child: the child starts with no
  * blocks, streams, exports, imports or connections of its own. The parent's
  * mappings stay mapped in the child but are no longer tracked. Called from
- * the one pthread_atfork registration in runtime.c, in this order. */
+ * the one pthread_atfork registration in runtime.c, which orders the parts
+ * (the streams' prepare just before memory's, their parent just after). Each
+ * hook is about its own part only: memory's takes and releases the memory
+ * lock. */
 void aipc__ipc_atfork_prepare(void);
 void aipc__mem_atfork_prepare(void);
 void aipc__mem_atfork_parent(void);

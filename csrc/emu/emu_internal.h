@@ -16,14 +16,21 @@ uint64_t aipc__mem_used(int32_t device);
 void aipc__mem_finalize(void);
 /*
  * Validates a copy of count bytes from src to dst of the given kind, for
- * the entry point named call; memory lock held (shared or exclusive).
- * cur_dev is the calling thread's current device. async: the copy runs on a
- * stream (the cross-device rule allows asynchronous device-to-device).
+ * the entry point named call, and (aipc__mem_copy) moves the bytes, holding
+ * the memory lock shared across both so no free or close can unmap under
+ * the copy. cur_dev is the calling thread's current device. async: the copy
+ * runs on a stream (the cross-device rule allows asynchronous
+ * device-to-device). aipc__mem_copy_check only validates (a submit: the
+ * task checks again when it runs). Both take the lock.
  */
-aclError aipc__copy_check(const char *call, void *dst, size_t destMax, const void *src, size_t count,
-                          aclrtMemcpyKind kind, int32_t cur_dev, bool async);
-/* Validates a memset of count bytes at devPtr (device memory only); memory lock held. */
-aclError aipc__memset_check(const char *call, void *devPtr, size_t count);
+aclError aipc__mem_copy_check(const char *call, void *dst, size_t destMax, const void *src, size_t count,
+                              aclrtMemcpyKind kind, int32_t cur_dev, bool async);
+aclError aipc__mem_copy(const char *call, void *dst, size_t destMax, const void *src, size_t count,
+                        aclrtMemcpyKind kind, int32_t cur_dev, bool async);
+/* The same for a memset of count bytes of value at devPtr (device memory
+ * only). Both take the lock. */
+aclError aipc__mem_memset_check(const char *call, void *devPtr, size_t count);
+aclError aipc__mem_memset(const char *call, void *devPtr, int value, size_t count);
 /* Name of a memcpy kind ("ACL_MEMCPY_HOST_TO_DEVICE"), or "unknown kind". */
 const char *aipc__memcpy_kind_name(int kind);
 

@@ -57,16 +57,18 @@ static aipc__omap g_reserved = AIPC__OMAP_INIT;
 static arena g_arenas[AIPC_MAX_DEVICES];
 static uint64_t g_used[AIPC_MAX_DEVICES];
 
-void aipc__mem_rdlock(void) { pthread_rwlock_rdlock(&g_lock); }
-void aipc__mem_wrlock(void) { pthread_rwlock_wrlock(&g_lock); }
-void aipc__mem_unlock(void) { pthread_rwlock_unlock(&g_lock); }
+/* Taken only here: every operation other files call takes it itself. */
+static void aipc__mem_rdlock(void) { pthread_rwlock_rdlock(&g_lock); }
+static void aipc__mem_wrlock(void) { pthread_rwlock_wrlock(&g_lock); }
+static void aipc__mem_unlock(void) { pthread_rwlock_unlock(&g_lock); }
 
 static mblock *mb_of(aipc__block *b) { return (mblock *)((char *)b - offsetof(mblock, pub)); }
 static mblock *mb_of_node(aipc__onode *n) { return (mblock *)((char *)n - offsetof(mblock, node)); }
 
 static size_t page_round(size_t n) { return (n + AIPC_PAGE_SIZE - 1) & ~(AIPC_PAGE_SIZE - 1); }
 
-aipc__block *aipc__mem_find(const void *p) {
+/* Block containing p, or NULL. O(log n). Lock held. */
+static aipc__block *find_block(const void *p) {
   aipc__onode *n = aipc__omap_floor(&g_map, (uintptr_t)p);
   if (!n) return NULL;
   mblock *mb = mb_of_node(n);
@@ -91,6 +93,17 @@ uint64_t aipc__mem_used(int32_t device) {
   uint64_t u = g_used[device];
   aipc__mem_unlock();
   return u;
+}
+
+bool aipc__mem_lookup(const void *p, aipc__block *out) {
+  aipc__mem_rdlock();
+  const aipc__block *b = find_block(p);
+  if (b) {
+    *out = *b;
+    out->impl_ = NULL; /* a copy, not a handle */
+  }
+  aipc__mem_unlock();
+  return b != NULL;
 }
 
 /* Inserts a new block unless it overlaps a known one. Write lock held. */
@@ -275,7 +288,7 @@ aclError aipc__emu_free(void *devPtr) {
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: devPtr is NULL");
   aclError rc = ACL_SUCCESS;
   aipc__mem_wrlock();
-  aipc__block *b = aipc__mem_find(devPtr);
+  aipc__block *b = find_block(devPtr);
   if (!b) {
     rc = explain_unknown("aclrtFree", devPtr);
   } else if (b->kind == AIPC_MEM_HOST) {
@@ -351,7 +364,7 @@ aclError aipc__mem_sync_alloc(const char *call, int32_t device, void **base) {
 
 void aipc__mem_sync_free(void *base) {
   aipc__mem_wrlock();
-  aipc__block *b = aipc__mem_find(base);
+  aipc__block *b = find_block(base);
   if (b && b->kind == AIPC_MEM_SYNC && !b->user_freed) {
     if (b->pins > 0)
       b->user_freed = true; /* the last unpin releases it */
@@ -361,14 +374,75 @@ void aipc__mem_sync_free(void *base) {
   aipc__mem_unlock();
 }
 
-void aipc__mem_pin(aipc__block *b) { b->pins++; }
+/* ---- exports: pins ------------------------------------------------------- */
 
-void aipc__mem_unpin(aipc__block *b) {
-  if (b->pins > 0) b->pins--;
-  if (b->pins == 0 && b->user_freed) (b->kind == AIPC_MEM_SYNC ? release_sync_block : release_device_block)(mb_of(b));
+/* What a block is, in the words of an export refused. */
+static const char *export_kind_text(aipc__mem_kind kind) {
+  switch (kind) {
+    case AIPC_MEM_HOST: return "host memory from aclrtMallocHost";
+    case AIPC_MEM_IMPORT: return "imported IPC memory (only the owner of memory can export it)";
+    case AIPC_MEM_SYNC: return "the state of an event or notify";
+    case AIPC_MEM_SYNC_IMPORT: return "the state of an imported event or notify";
+    case AIPC_MEM_MAPPED:
+      return "virtual memory mapped with aclrtMapMem (share its physical allocation with "
+             "aclrtMemExportToShareableHandle instead)";
+    default: return "device memory";
+  }
 }
 
-aipc__block *aipc__mem_add_import(void *base, size_t size, int32_t device, aipc__mem_kind kind, void *ipc) {
+aclError aipc__mem_export_pin(const char *call, const void *devPtr, size_t size, aipc__mem_kind kind,
+                              aipc__mem_pinned *out) {
+  aclError rc = ACL_SUCCESS;
+  aipc__mem_wrlock();
+  aipc__block *b = find_block(devPtr);
+  if (!b) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr %p is not inside a live aclrtMalloc allocation of this process",
+                    call, devPtr);
+  } else if (b->kind != kind) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr %p is %s, not device memory from aclrtMalloc", call, devPtr,
+                    export_kind_text(b->kind));
+  } else if (b->user_freed) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr %p belongs to an allocation already freed with aclrtFree",
+                    call, devPtr);
+  } else if (size > b->size - ((uintptr_t)devPtr - b->base)) {
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+                    "%s: [devPtr, devPtr + %zu) overruns its allocation (%zu bytes at %p, devPtr %p)", call, size, b->size,
+                    (void *)b->base, devPtr);
+  } else {
+    b->pins++;
+    *out = (aipc__mem_pinned){b, b->device, (uint64_t)((uintptr_t)devPtr - b->base)};
+  }
+  aipc__mem_unlock();
+  return rc;
+}
+
+void aipc__mem_unpin(aipc__block *b) {
+  aipc__mem_wrlock();
+  if (b->pins > 0) b->pins--;
+  if (b->pins == 0 && b->user_freed) (b->kind == AIPC_MEM_SYNC ? release_sync_block : release_device_block)(mb_of(b));
+  aipc__mem_unlock();
+}
+
+bool aipc__mem_pinned_freed(const aipc__block *b, int *memfd) {
+  aipc__mem_rdlock();
+  bool freed = b->user_freed;
+  if (memfd) *memfd = b->fd;
+  aipc__mem_unlock();
+  return freed;
+}
+
+/* ---- blocks and reservations other parts own ----------------------------- */
+
+/* Whether any known block overlaps [base, base+size). Lock held. */
+static bool overlaps_block(uintptr_t base, size_t size) {
+  aipc__onode *n = aipc__omap_floor(&g_map, base + size - 1);
+  if (!n) return false;
+  mblock *o = mb_of_node(n);
+  return o->pub.base + o->pub.size > base;
+}
+
+/* Write lock held. */
+static aipc__block *add_owned(void *base, size_t size, int32_t device, aipc__mem_kind kind, void *ipc) {
   if (!base || size == 0) return NULL;
   mblock *mb = add_block((uintptr_t)base, size, kind, device);
   if (!mb) return NULL;
@@ -376,11 +450,63 @@ aipc__block *aipc__mem_add_import(void *base, size_t size, int32_t device, aipc_
   return &mb->pub;
 }
 
-bool aipc__mem_overlaps(uintptr_t base, size_t size) {
-  aipc__onode *n = aipc__omap_floor(&g_map, base + size - 1);
-  if (!n) return false;
-  mblock *o = mb_of_node(n);
-  return o->pub.base + o->pub.size > base;
+aipc__block *aipc__mem_add_import(void *base, size_t size, int32_t device, aipc__mem_kind kind, void *ipc) {
+  aipc__mem_wrlock();
+  aipc__block *b = add_owned(base, size, device, kind, ipc);
+  aipc__mem_unlock();
+  return b;
+}
+
+void aipc__mem_remove_import(aipc__block *b) {
+  if (!b) return;
+  mblock *mb = mb_of(b);
+  aipc__mem_wrlock();
+  aipc__omap_remove(&g_map, &mb->node);
+  aipc__mem_unlock();
+  free(mb);
+}
+
+int aipc__mem_add_mapping(void *base, size_t size, int fd, bool access, int32_t device, void *owner,
+                          aipc__block **out) {
+  int err = 0;
+  aipc__mem_wrlock();
+  if (overlaps_block((uintptr_t)base, size)) {
+    err = -1;
+  } else if (mmap(base, size, access ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_SHARED | MAP_FIXED, fd, 0) ==
+             MAP_FAILED) {
+    err = errno;
+    /* A failed MAP_FIXED may have unmapped the range: the reservation takes it back. */
+    mmap(base, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  } else if (!(*out = add_owned(base, size, device, AIPC_MEM_MAPPED, owner))) {
+    err = ENOMEM;
+    mmap(base, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  } else {
+    (*out)->no_access = !access;
+  }
+  aipc__mem_unlock();
+  return err;
+}
+
+void aipc__mem_remove_mapping(aipc__block *b) {
+  mblock *mb = mb_of(b);
+  aipc__mem_wrlock(); /* no copy runs on it meanwhile */
+  aipc__omap_remove(&g_map, &mb->node);
+  block_unmap((void *)b->base, b->size);
+  aipc__mem_unlock();
+  free(mb);
+}
+
+int aipc__mem_open_mapping(aipc__block *b) {
+  int err = 0;
+  aipc__mem_wrlock();
+  if (b->no_access) {
+    if (mprotect((void *)b->base, b->size, PROT_READ | PROT_WRITE) == 0)
+      b->no_access = false;
+    else
+      err = errno;
+  }
+  aipc__mem_unlock();
+  return err;
 }
 
 bool aipc__mem_add_reserved(uintptr_t base, size_t size) {
@@ -388,16 +514,19 @@ bool aipc__mem_add_reserved(uintptr_t base, size_t size) {
   if (!r) return false;
   r->node.key = base;
   r->size = size;
-  if (aipc__omap_insert(&g_reserved, &r->node) == 0) return true;
-  free(r);
-  return false;
+  aipc__mem_wrlock();
+  bool ok = aipc__omap_insert(&g_reserved, &r->node) == 0;
+  aipc__mem_unlock();
+  if (!ok) free(r);
+  return ok;
 }
 
 void aipc__mem_remove_reserved(uintptr_t base) {
+  aipc__mem_wrlock();
   aipc__onode *n = aipc__omap_get(&g_reserved, base);
-  if (!n) return;
-  aipc__omap_remove(&g_reserved, n);
-  free((reserved *)((char *)n - offsetof(reserved, node)));
+  if (n) aipc__omap_remove(&g_reserved, n);
+  aipc__mem_unlock();
+  if (n) free((reserved *)((char *)n - offsetof(reserved, node)));
 }
 
 /* The reservation holding a, or NULL. Lock held. */
@@ -420,13 +549,6 @@ void aipc__mem_uncharge(int32_t device, uint64_t len) {
   aipc__mem_wrlock();
   if (device >= 0 && device < AIPC_MAX_DEVICES) g_used[device] -= len < g_used[device] ? len : g_used[device];
   aipc__mem_unlock();
-}
-
-void aipc__mem_remove_import(aipc__block *b) {
-  if (!b) return;
-  mblock *mb = mb_of(b);
-  aipc__omap_remove(&g_map, &mb->node);
-  free(mb);
 }
 
 /* Capacity left on the calling thread's current device. */
@@ -471,7 +593,7 @@ aclError aipc__emu_free_host(void *hostPtr) {
   void *unmap = NULL;
   size_t len = 0;
   aipc__mem_wrlock();
-  aipc__block *b = aipc__mem_find(hostPtr);
+  aipc__block *b = find_block(hostPtr);
   if (!b) {
     rc = explain_unknown("aclrtFreeHost", hostPtr);
   } else if (b->kind == AIPC_MEM_SYNC || b->kind == AIPC_MEM_SYNC_IMPORT) {
@@ -522,7 +644,7 @@ static aclError classify(const char *call, const char *role, const void *p, size
   uintptr_t a = (uintptr_t)p;
   if (count > UINTPTR_MAX - a)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s %p + %zu bytes wraps around the address space", call, role, p, count);
-  aipc__block *b = aipc__mem_find(p);
+  aipc__block *b = find_block(p);
   if (!b) {
     int32_t d = arena_of(p);
     if (d >= 0)
@@ -559,7 +681,7 @@ static aclError classify(const char *call, const char *role, const void *p, size
   const aipc__block *last = b;
   const reserved *home = b->kind == AIPC_MEM_MAPPED ? reserved_at(b->base) : NULL;
   while (last->kind == AIPC_MEM_MAPPED && count > last->base + last->size - a) {
-    aipc__block *next = aipc__mem_find((void *)(last->base + last->size));
+    aipc__block *next = find_block((void *)(last->base + last->size));
     if (!next || next->kind != AIPC_MEM_MAPPED || next->device != b->device || reserved_at(next->base) != home) break;
     if (next->no_access)
       return aipc__fail(ACL_ERROR_INVALID_PARAM,
@@ -614,8 +736,9 @@ static aclError cross_device_rule(const char *call, aclrtMemcpyKind kind, const 
                     call, aipc__memcpy_kind_name(kind), role, p, (int)o->dev, (int)cur_dev);
 }
 
-aclError aipc__copy_check(const char *call, void *dst, size_t destMax, const void *src, size_t count,
-                          aclrtMemcpyKind kind, int32_t cur_dev, bool async) {
+/* Lock held (shared or exclusive). */
+static aclError copy_check(const char *call, void *dst, size_t destMax, const void *src, size_t count,
+                           aclrtMemcpyKind kind, int32_t cur_dev, bool async) {
   operand od, os;
   aclError rc;
   if ((rc = classify(call, "dst", dst, count, &od)) != ACL_SUCCESS) return rc;
@@ -667,16 +790,29 @@ aclError aipc__emu_memcpy(void *dst, size_t destMax, const void *src, size_t cou
   if (count > destMax)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: count %zu is larger than destMax %zu", count, destMax);
   if (count == 0) return ACL_SUCCESS;
-  int32_t cur = aipc__device_current();
+  return aipc__mem_copy("aclrtMemcpy", dst, destMax, src, count, kind, aipc__device_current(), false);
+}
+
+aclError aipc__mem_copy_check(const char *call, void *dst, size_t destMax, const void *src, size_t count,
+                              aclrtMemcpyKind kind, int32_t cur_dev, bool async) {
+  aipc__mem_rdlock();
+  aclError rc = copy_check(call, dst, destMax, src, count, kind, cur_dev, async);
+  aipc__mem_unlock();
+  return rc;
+}
+
+aclError aipc__mem_copy(const char *call, void *dst, size_t destMax, const void *src, size_t count,
+                        aclrtMemcpyKind kind, int32_t cur_dev, bool async) {
   /* Shared lock across the copy: no free or close can unmap under it. */
   aipc__mem_rdlock();
-  aclError rc = aipc__copy_check("aclrtMemcpy", dst, destMax, src, count, kind, cur, false);
+  aclError rc = copy_check(call, dst, destMax, src, count, kind, cur_dev, async);
   if (rc == ACL_SUCCESS) memmove(dst, src, count);
   aipc__mem_unlock();
   return rc;
 }
 
-aclError aipc__memset_check(const char *call, void *devPtr, size_t count) {
+/* Lock held (shared or exclusive). */
+static aclError memset_check(const char *call, void *devPtr, size_t count) {
   operand o = {false, false, -1};
   aclError rc = classify(call, "devPtr", devPtr, count, &o);
   if (rc == ACL_SUCCESS && !o.device)
@@ -684,15 +820,27 @@ aclError aipc__memset_check(const char *call, void *devPtr, size_t count) {
   return rc;
 }
 
+aclError aipc__mem_memset_check(const char *call, void *devPtr, size_t count) {
+  aipc__mem_rdlock();
+  aclError rc = memset_check(call, devPtr, count);
+  aipc__mem_unlock();
+  return rc;
+}
+
+aclError aipc__mem_memset(const char *call, void *devPtr, int value, size_t count) {
+  /* Shared lock across the memset, as for a copy. */
+  aipc__mem_rdlock();
+  aclError rc = memset_check(call, devPtr, count);
+  if (rc == ACL_SUCCESS) memset(devPtr, value, count);
+  aipc__mem_unlock();
+  return rc;
+}
+
 aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: devPtr is NULL");
   if (count > maxCount)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: count %zu is larger than maxCount %zu", count, maxCount);
-  aipc__mem_rdlock();
-  aclError rc = aipc__memset_check("aclrtMemset", devPtr, count);
-  if (rc == ACL_SUCCESS) memset(devPtr, (int)(value & 0xff), count);
-  aipc__mem_unlock();
-  return rc;
+  return aipc__mem_memset("aclrtMemset", devPtr, (int)(value & 0xff), count);
 }
 
 /* ---- teardown and fork -------------------------------------------------- */
@@ -724,13 +872,9 @@ void aipc__mem_finalize(void) {
   aipc__mem_unlock();
 }
 
-void aipc__mem_atfork_prepare(void) {
-  aipc__mem_wrlock();
-}
+void aipc__mem_atfork_prepare(void) { aipc__mem_wrlock(); }
 
-void aipc__mem_atfork_parent(void) {
-  aipc__mem_unlock();
-}
+void aipc__mem_atfork_parent(void) { aipc__mem_unlock(); }
 
 void aipc__mem_atfork_child(void) {
   g_lock = (pthread_rwlock_t)PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;

@@ -304,12 +304,8 @@ static aclError run_copy(aipc__task *t, aclError failed, const atomic_bool *canc
   (void)cancel;
   if (failed) return ACL_SUCCESS; /* skipped: see the top of this file */
   copy_task *c = (copy_task *)t;
-  aipc__mem_rdlock();
-  aclError rc = aipc__copy_check("aclrtMemcpyAsync (running on the stream)", c->dst, c->destMax, c->src, c->count,
-                                 c->kind, c->cur_dev, true);
-  if (rc == ACL_SUCCESS) memmove(c->dst, c->src, c->count);
-  aipc__mem_unlock();
-  return rc;
+  return aipc__mem_copy("aclrtMemcpyAsync (running on the stream)", c->dst, c->destMax, c->src, c->count, c->kind,
+                        c->cur_dev, true);
 }
 
 aclError aipc__emu_memcpy_async(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
@@ -325,9 +321,7 @@ aclError aipc__emu_memcpy_async(void *dst, size_t destMax, const void *src, size
   aclError rc = aipc__stream_device(call, h, &dev); /* a bad handle is an error even for 0 bytes */
   if (rc || count == 0) return rc;
   int32_t cur = aipc__device_current();
-  aipc__mem_rdlock();
-  rc = aipc__copy_check(call, dst, destMax, src, count, kind, cur, true);
-  aipc__mem_unlock();
+  rc = aipc__mem_copy_check(call, dst, destMax, src, count, kind, cur, true);
   if (rc) return rc;
   copy_task *c = malloc(sizeof *c);
   if (!c) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
@@ -346,11 +340,7 @@ static aclError run_memset(aipc__task *t, aclError failed, const atomic_bool *ca
   (void)cancel;
   if (failed) return ACL_SUCCESS;
   memset_task *m = (memset_task *)t;
-  aipc__mem_rdlock();
-  aclError rc = aipc__memset_check("aclrtMemsetAsync (running on the stream)", m->dst, m->count);
-  if (rc == ACL_SUCCESS) memset(m->dst, m->value, m->count);
-  aipc__mem_unlock();
-  return rc;
+  return aipc__mem_memset("aclrtMemsetAsync (running on the stream)", m->dst, m->value, m->count);
 }
 
 aclError aipc__emu_memset_async(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream h) {
@@ -361,9 +351,7 @@ aclError aipc__emu_memset_async(void *devPtr, size_t maxCount, int32_t value, si
   int32_t dev;
   aclError rc = aipc__stream_device(call, h, &dev);
   if (rc || count == 0) return rc;
-  aipc__mem_rdlock();
-  rc = aipc__memset_check(call, devPtr, count);
-  aipc__mem_unlock();
+  rc = aipc__mem_memset_check(call, devPtr, count);
   if (rc) return rc;
   memset_task *m = malloc(sizeof *m);
   if (!m) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);

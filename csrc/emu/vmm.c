@@ -326,15 +326,9 @@ aclError aipc__emu_reserve_mem_address(void **virPtr, size_t size, size_t alignm
     rv->size = size;
     rv->device = -1;
     rv->node.key = rv->base;
-    aipc__mem_wrlock();
     bool known = aipc__mem_add_reserved(rv->base, size);
-    aipc__mem_unlock();
     if (!known || aipc__omap_insert(&g.resvs, &rv->node) != 0) {
-      if (known) {
-        aipc__mem_wrlock();
-        aipc__mem_remove_reserved(rv->base);
-        aipc__mem_unlock();
-      }
+      if (known) aipc__mem_remove_reserved(rv->base);
       free(rv);
       rv = NULL;
     }
@@ -369,9 +363,7 @@ aclError aipc__emu_release_mem_address(void *virPtr) {
                     C ": the reservation at %p still has %u mapping(s); aclrtUnmapMem them first", virPtr, rv->maps);
   } else {
     aipc__omap_remove(&g.resvs, &rv->node);
-    aipc__mem_wrlock();
     aipc__mem_remove_reserved(rv->base);
-    aipc__mem_unlock();
     munmap((void *)rv->base, rv->size);
     free(rv);
   }
@@ -423,34 +415,16 @@ static aclError map_common(const char *call, void *virPtr, size_t size, size_t o
     rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory for bookkeeping", call);
   }
   if (rc != ACL_SUCCESS) goto out;
-  aipc__mem_wrlock();
-  bool taken = aipc__mem_overlaps(p, size);
   aipc__block *b = NULL;
-  int map_errno = 0;
-  if (!taken) {
-    if (mmap(virPtr, size, access ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_SHARED | MAP_FIXED, ph->fd, 0) ==
-        MAP_FAILED) {
-      map_errno = errno;
-      /* A failed MAP_FIXED may have unmapped the range: the reservation takes it back. */
-      mmap(virPtr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-    } else if (!(b = aipc__mem_add_import(virPtr, size, ph->device, AIPC_MEM_MAPPED, m))) {
-      map_errno = ENOMEM;
-      mmap(virPtr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-    } else {
-      b->no_access = !access;
-    }
-  }
-  aipc__mem_unlock();
-  if (taken) {
+  int map_errno = aipc__mem_add_mapping(virPtr, size, ph->fd, access, ph->device, m, &b);
+  if (map_errno < 0) {
     rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: [%p, +%zu) overlaps a mapping already in the reservation", call,
                     virPtr, size);
   } else if (!b) {
     rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: cannot map %zu bytes at %p: %s", call, size, virPtr,
                     strerror(map_errno));
   } else if (aipc__hmap_put(&g.maps, hk(virPtr), m) != 0) {
-    aipc__mem_wrlock();
     aipc__mem_remove_import(b);
-    aipc__mem_unlock();
     mmap(virPtr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
     rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory for bookkeeping", call);
   } else {
@@ -483,10 +457,8 @@ static aclError find_mapping(const char *call, const void *p, mapping **out) {
     *out = m;
     return ACL_SUCCESS;
   }
-  aipc__mem_rdlock();
-  aipc__block *b = aipc__mem_find(p);
-  uintptr_t base = b && b->kind == AIPC_MEM_MAPPED ? b->base : 0;
-  aipc__mem_unlock();
+  aipc__block b;
+  uintptr_t base = aipc__mem_lookup(p, &b) && b.kind == AIPC_MEM_MAPPED ? b.base : 0;
   if (base)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
                       "%s: %p lies %zu bytes into the mapping at %p; pass the address given to aclrtMapMem", call, p,
@@ -497,12 +469,7 @@ static aclError find_mapping(const char *call, const void *p, mapping **out) {
 
 /* Removes m: its range goes back to the reservation. g.mu held. */
 static void unmap_one(mapping *m) {
-  aipc__mem_wrlock(); /* no copy runs on it meanwhile */
-  aipc__mem_remove_import(m->block);
-  if (mmap((void *)m->base, m->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) ==
-      MAP_FAILED)
-    munmap((void *)m->base, m->size); /* a hole in the reservation is better than the old pages */
-  aipc__mem_unlock();
+  aipc__mem_remove_mapping(m->block); /* no copy runs on it meanwhile */
   aipc__hmap_remove(&g.maps, hk((void *)m->base));
   if (--m->rv->maps == 0) {
     m->rv->device = -1;
@@ -553,13 +520,9 @@ aclError aipc__emu_mem_set_access(void *virPtr, size_t size, aclrtMemAccessDesc 
   if (rc == ACL_SUCCESS && size != m->size) {
     rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": size %zu is not the size of the mapping at %p (%zu bytes)", size,
                     virPtr, m->size);
-  } else if (rc == ACL_SUCCESS && m->block->no_access) {
-    aipc__mem_wrlock();
-    if (mprotect(virPtr, m->size, PROT_READ | PROT_WRITE) == 0)
-      m->block->no_access = false;
-    else
-      rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": cannot open %p for access: %s", virPtr, strerror(errno));
-    aipc__mem_unlock();
+  } else if (rc == ACL_SUCCESS) {
+    int e = aipc__mem_open_mapping(m->block);
+    if (e != 0) rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": cannot open %p for access: %s", virPtr, strerror(e));
   }
   pthread_mutex_unlock(&g.mu);
   return rc;
@@ -588,13 +551,11 @@ aclError aipc__emu_mem_get_address_range(void *ptr, void **pbase, size_t *psize)
 #define C "aclrtMemGetAddressRange"
   if (!ptr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": ptr is NULL");
   if (!pbase && !psize) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": pbase and psize are both NULL");
-  aipc__mem_rdlock();
-  aipc__block *b = aipc__mem_find(ptr);
-  bool ok = b && (b->kind == AIPC_MEM_MAPPED || (b->kind == AIPC_MEM_DEVICE && !b->user_freed) ||
-                  b->kind == AIPC_MEM_HOST || b->kind == AIPC_MEM_IMPORT);
-  uintptr_t base = ok ? b->base : 0;
-  size_t size = ok ? b->size : 0;
-  aipc__mem_unlock();
+  aipc__block b;
+  bool ok = aipc__mem_lookup(ptr, &b) && (b.kind == AIPC_MEM_MAPPED || (b.kind == AIPC_MEM_DEVICE && !b.user_freed) ||
+                                          b.kind == AIPC_MEM_HOST || b.kind == AIPC_MEM_IMPORT);
+  uintptr_t base = ok ? b.base : 0;
+  size_t size = ok ? b.size : 0;
   if (!ok)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
                       C ": %p is not in memory of this process's runtime (aclrtMalloc, aclrtMallocHost, an IPC import "
@@ -751,9 +712,7 @@ aclError aipc__emu_mem_import_from_shareable_handle_v2(void *shareableHandle, ac
 static void drop_resv(aipc__onode *n, void *unmap) {
   resv *rv = rv_of(n);
   if (unmap) {
-    aipc__mem_wrlock();
     aipc__mem_remove_reserved(rv->base);
-    aipc__mem_unlock();
     munmap((void *)rv->base, rv->size);
   }
   free(rv);
@@ -765,11 +724,7 @@ static void clear_all(bool unmap) {
   void *v;
   for (size_t i = 0; aipc__hmap_next(&g.maps, &i, &k, &v);) {
     mapping *m = v;
-    if (unmap) {
-      aipc__mem_wrlock();
-      aipc__mem_remove_import(m->block);
-      aipc__mem_unlock();
-    }
+    if (unmap) aipc__mem_remove_import(m->block);
     free(m);
   }
   aipc__hmap_clear(&g.maps);

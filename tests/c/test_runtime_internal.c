@@ -205,23 +205,31 @@ static void *dev_alloc(size_t n) {
   return p;
 }
 
-static aipc__block *find_locked(const void *p) {
-  aipc__mem_rdlock();
-  aipc__block *b = aipc__mem_find(p);
-  aipc__mem_unlock();
+/* A copy of the block holding p (kind 0: none). */
+static aipc__block block_at(const void *p) {
+  aipc__block b = {0};
+  aipc__mem_lookup(p, &b);
   return b;
+}
+
+/* Pins the DEVICE block holding p, as an export does; its handle. */
+static aipc__block *pin(const void *p) {
+  aipc__mem_pinned pn = {0};
+  CHECK_OK(aipc__mem_export_pin("test", p, 1, AIPC_MEM_DEVICE, &pn));
+  return pn.block;
 }
 
 TEST(pinned_free_defers_release) {
   void *p = dev_alloc(3 * 4096);
-  aipc__block *b = find_locked((char *)p + 5000);
-  CHECK(b && b->base == (uintptr_t)p && b->size == 3 * 4096 && b->kind == AIPC_MEM_DEVICE && b->device == 0);
-  aipc__mem_wrlock();
-  aipc__mem_pin(b);
-  aipc__mem_pin(b);
-  aipc__mem_unlock();
+  aipc__block s = block_at((char *)p + 5000);
+  CHECK(s.base == (uintptr_t)p && s.size == 3 * 4096 && s.kind == AIPC_MEM_DEVICE && s.device == 0);
+  aipc__mem_pinned pn = {0};
+  CHECK_OK(aipc__mem_export_pin("test", (char *)p + 5000, 3 * 4096 - 5000, AIPC_MEM_DEVICE, &pn));
+  CHECK(pn.block && pn.device == 0 && pn.offset == 5000);
+  aipc__block *b = pn.block;
+  CHECK(pin(p) == b);
   CHECK_OK(aipc__emu_free(p)); /* default mode: succeeds, release deferred */
-  CHECK(find_locked(p) == b && b->user_freed);
+  CHECK(block_at(p).base == (uintptr_t)p && aipc__mem_pinned_freed(b, NULL));
   CHECK_EQ(aipc__mem_used(0), 3 * 4096); /* still counted */
   /* Gone for the user. */
   char h[16];
@@ -231,14 +239,10 @@ TEST(pinned_free_defers_release) {
   CHECK_ACL(aipc__emu_memset(p, 16, 0, 16), ACL_ERROR_INVALID_PARAM);
   /* The memory itself stays valid for the exporter's importers. */
   ((char *)p)[0] = 42;
-  aipc__mem_wrlock();
   aipc__mem_unpin(b);
-  aipc__mem_unlock();
-  CHECK(find_locked(p) == b);
-  aipc__mem_wrlock();
+  CHECK(block_at(p).base == (uintptr_t)p);
   aipc__mem_unpin(b); /* the last one releases it */
-  aipc__mem_unlock();
-  CHECK(find_locked(p) == NULL);
+  CHECK(block_at(p).kind == 0);
   CHECK_EQ(aipc__mem_used(0), 0);
   CHECK_MSG(aipc__emu_free(p), ACL_ERROR_INVALID_PARAM, "not allocated");
   /* The range is reusable and zeroed (its pages were punched out). */
@@ -251,12 +255,9 @@ TEST(pinned_free_defers_release) {
 
 TEST(pin_then_unpin_without_free_keeps_the_block) {
   void *p = dev_alloc(4096);
-  aipc__block *b = find_locked(p);
-  aipc__mem_wrlock();
-  aipc__mem_pin(b);
+  aipc__block *b = pin(p);
   aipc__mem_unpin(b);
-  aipc__mem_unlock();
-  CHECK(find_locked(p) == b && !b->user_freed);
+  CHECK(block_at(p).base == (uintptr_t)p && !block_at(p).user_freed);
   CHECK_OK(aipc__emu_memset(p, 4096, 1, 4096));
   CHECK_OK(aipc__emu_free(p));
   CHECK_EQ(aipc__mem_used(0), 0);
@@ -266,60 +267,46 @@ TEST(pin_then_unpin_without_free_keeps_the_block) {
 TEST(pinned_free_fails_in_strict_mode) {
   setenv("ASCEND_IPC_STRICT", "1", 1);
   void *p = dev_alloc(4096);
-  aipc__block *b = find_locked(p);
-  aipc__mem_wrlock();
-  aipc__mem_pin(b);
-  aipc__mem_unlock();
+  aipc__block *b = pin(p);
   CHECK_MSG(aipc__emu_free(p), ACL_ERROR_RT_INTERNAL_ERROR, "aclrtIpcMemClose");
-  CHECK(!b->user_freed);
+  CHECK(!aipc__mem_pinned_freed(b, NULL));
   CHECK_OK(aipc__emu_memset(p, 4096, 1, 4096)); /* still the user's */
-  aipc__mem_wrlock();
   aipc__mem_unpin(b);
-  aipc__mem_unlock();
   CHECK_OK(aipc__emu_free(p));
   CHECK_OK(aipc__emu_finalize());
 }
 
 TEST(finalize_with_pinned_and_imported_blocks_leaks_nothing) {
   void *p = dev_alloc(4096), *q = dev_alloc(4096);
-  aipc__mem_wrlock();
-  aipc__mem_pin(aipc__mem_find(p));
-  aipc__mem_pin(aipc__mem_find(q));
-  aipc__mem_unlock();
+  pin(p);
+  pin(q);
   CHECK_OK(aipc__emu_free(q));
   void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  aipc__mem_wrlock();
   CHECK(aipc__mem_add_import(m, 4096, 1, AIPC_MEM_IMPORT, NULL) != NULL);
-  aipc__mem_unlock();
   CHECK_OK(aipc__emu_finalize()); /* valgrind checks the bookkeeping went */
-  CHECK(find_locked(p) == NULL && find_locked(m) == NULL);
+  CHECK(block_at(p).kind == 0 && block_at(m).kind == 0);
   munmap(m, 4096);
 }
 
 /* ---- imported blocks and the cross-device rule -------------------------- */
 
 /* Maps device dev's block at p a second time, as the IPC layer does for an
- * importer, and registers the mapping as an import. */
-static void *fake_import(void *p, size_t n, int32_t dev) {
-  aipc__mem_rdlock();
-  aipc__block *b = aipc__mem_find(p);
-  int fd = b->fd;
-  uint64_t off = (uintptr_t)p - b->base;
-  aipc__mem_unlock();
-  CHECK(fd >= 0);
+ * importer, and registers the mapping as an import (*ib its handle). */
+static void *fake_import(void *p, size_t n, int32_t dev, aipc__block **ib) {
+  aipc__block b = block_at(p);
+  int fd = b.fd;
+  uint64_t off = (uintptr_t)p - b.base;
+  CHECK(b.kind == AIPC_MEM_DEVICE && fd >= 0);
   void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
   CHECK(m != MAP_FAILED);
-  aipc__mem_wrlock();
-  aipc__block *ib = aipc__mem_add_import(m, n, dev, AIPC_MEM_IMPORT, (void *)0x1);
-  aipc__mem_unlock();
-  CHECK(ib && ib->kind == AIPC_MEM_IMPORT && ib->device == dev && ib->ipc == (void *)0x1);
+  *ib = aipc__mem_add_import(m, n, dev, AIPC_MEM_IMPORT, (void *)0x1);
+  b = block_at(m);
+  CHECK(*ib && b.kind == AIPC_MEM_IMPORT && b.device == dev && b.ipc == (void *)0x1);
   return m;
 }
 
-static void drop_import(void *m, size_t n) {
-  aipc__mem_wrlock();
-  aipc__mem_remove_import(aipc__mem_find(m));
-  aipc__mem_unlock();
+static void drop_import(void *m, size_t n, aipc__block *ib) {
+  aipc__mem_remove_import(ib);
   munmap(m, n);
 }
 
@@ -327,10 +314,7 @@ static void drop_import(void *m, size_t n) {
  * shrinking and growing: what IPC shares reaches that allocation only. */
 TEST(allocation_memfds) {
   void *p = dev_alloc(3 * 4096), *q = dev_alloc(4096);
-  aipc__mem_rdlock();
-  aipc__block *bp = aipc__mem_find(p), *bq = aipc__mem_find(q);
-  int fp = bp->fd, fq = bq->fd;
-  aipc__mem_unlock();
+  int fp = block_at(p).fd, fq = block_at(q).fd;
   CHECK(fp >= 0 && fq >= 0 && fp != fq);
   struct stat st;
   CHECK(fstat(fp, &st) == 0 && st.st_size == 3 * 4096);
@@ -345,9 +329,7 @@ TEST(allocation_memfds) {
   /* freeing closes it; the range goes back to the reservation (no access) */
   CHECK_OK(aipc__emu_free(p));
   CHECK(fcntl(fp, F_GETFD) < 0 && errno == EBADF);
-  aipc__mem_rdlock();
-  CHECK(aipc__mem_find(p) == NULL);
-  aipc__mem_unlock();
+  CHECK(block_at(p).kind == 0);
   CHECK_OK(aipc__emu_free(q));
   CHECK(fcntl(fq, F_GETFD) < 0);
   CHECK_OK(aipc__emu_finalize());
@@ -356,19 +338,18 @@ TEST(allocation_memfds) {
 TEST(import_blocks_are_not_freeable) {
   CHECK_OK(aipc__emu_set_device(1));
   void *src = dev_alloc(2 * 4096);
-  void *imp = fake_import(src, 2 * 4096, 1);
+  aipc__block *ib;
+  void *imp = fake_import(src, 2 * 4096, 1, &ib);
   CHECK_MSG(aipc__emu_free(imp), ACL_ERROR_INVALID_PARAM, "released with aclrtIpcMemClose");
   CHECK_MSG(aipc__emu_free((char *)imp + 4096), ACL_ERROR_INVALID_PARAM, "aclrtIpcMemClose");
   CHECK_MSG(aipc__emu_free_host(imp), ACL_ERROR_INVALID_PARAM, "aclrtIpcMemClose");
   /* Overlapping registrations are refused, as are empty ones. */
-  aipc__mem_wrlock();
   CHECK(aipc__mem_add_import(imp, 4096, 1, AIPC_MEM_IMPORT, NULL) == NULL);
   CHECK(aipc__mem_add_import((char *)imp + 4096, 4096, 1, AIPC_MEM_IMPORT, NULL) == NULL);
   CHECK(aipc__mem_add_import(src, 4096, 1, AIPC_MEM_IMPORT, NULL) == NULL);
   CHECK(aipc__mem_add_import(NULL, 4096, 1, AIPC_MEM_IMPORT, NULL) == NULL);
   CHECK(aipc__mem_add_import((char *)imp + 65536, 0, 1, AIPC_MEM_IMPORT, NULL) == NULL);
-  aipc__mem_unlock();
-  drop_import(imp, 2 * 4096);
+  drop_import(imp, 2 * 4096, ib);
   CHECK_OK(aipc__emu_free(src));
   CHECK_OK(aipc__emu_finalize());
 }
@@ -377,7 +358,8 @@ TEST(cross_device_rule_on_imported_memory) {
   enum { N = 2 * 4096 };
   CHECK_OK(aipc__emu_set_device(1));
   void *exported = dev_alloc(N); /* "the exporter's" block on device 1 */
-  void *imp = fake_import(exported, N, 1);
+  aipc__block *ib;
+  void *imp = fake_import(exported, N, 1, &ib);
   CHECK_OK(aipc__emu_set_device(0));
   void *local = dev_alloc(N);
   char *h = calloc(1, N);
@@ -432,7 +414,7 @@ TEST(cross_device_rule_on_imported_memory) {
   CHECK(((unsigned char *)local)[7] == 0x22);
 
   CHECK_OK(aipc__emu_destroy_stream(s));
-  drop_import(imp, N);
+  drop_import(imp, N, ib);
   CHECK_OK(aipc__emu_free(exported));
   CHECK_OK(aipc__emu_free(local));
   free(h);
@@ -444,7 +426,8 @@ TEST(import_removed_before_queued_copy_runs) {
   size_t big = 64 << 20;
   CHECK_OK(aipc__emu_set_device(1));
   void *exported = dev_alloc(N);
-  void *imp = fake_import(exported, N, 1);
+  aipc__block *ib;
+  void *imp = fake_import(exported, N, 1, &ib);
   CHECK_OK(aipc__emu_set_device(0));
   void *a = dev_alloc(big), *b = dev_alloc(big), *local = dev_alloc(N);
   aclrtStream s;
@@ -453,11 +436,9 @@ TEST(import_removed_before_queued_copy_runs) {
   for (int i = 0; i < 4; i++) CHECK_OK(aipc__emu_memcpy_async(b, big, a, big, ACL_MEMCPY_DEVICE_TO_DEVICE, s));
   CHECK_OK(aipc__emu_memcpy_async(local, N, imp, N, ACL_MEMCPY_DEVICE_TO_DEVICE, s));
   /* The writer waits for the running copy, and the queued one then sees
-   * the import gone (the map forgets it before the unmap, under the lock). */
-  aipc__mem_wrlock();
-  aipc__mem_remove_import(aipc__mem_find(imp));
+   * the import gone (the map forgets it, under the lock, before the unmap). */
+  aipc__mem_remove_import(ib);
   munmap(imp, N);
-  aipc__mem_unlock();
   CHECK_MSG(aipc__emu_synchronize_stream(s), ACL_ERROR_INVALID_PARAM, "queued work failed");
   CHECK_OK(aipc__emu_destroy_stream(s));
   CHECK_OK(aipc__emu_free(a));

@@ -189,11 +189,7 @@ static void export_maybe_finish(aipc__export *e) {
   if (!e->closed || e->refs_total != 0) return;
   closing_unlink(e);
   aipc__hmap_remove(&g.exports, ekey(e->id));
-  if (e->block) {
-    aipc__mem_wrlock();
-    aipc__mem_unpin(e->block);
-    aipc__mem_unlock();
-  }
+  if (e->block) aipc__mem_unpin(e->block);
   export_free(e);
 }
 
@@ -449,10 +445,8 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
     aipc__msg_grant(&a, q->req, e->device, e->attr, 0, e->size, AIPC_NO_SLOT, AIPC_REPLY_FD);
   } else {
     /* The block's memfd stays open while the export pins the block. */
-    aipc__mem_rdlock();
-    bool freed = e->block->user_freed;
-    int memfd = e->block->fd;
-    aipc__mem_unlock();
+    int memfd;
+    bool freed = aipc__mem_pinned_freed(e->block, &memfd);
     aipc__ref *r = aipc__hmap_get(&g.refs, rkey(e->id, c->serial));
     if (freed) {
       aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "the memory of this key was freed by its exporter (process %d)", (int)g.pid);
@@ -875,11 +869,7 @@ static void free_exports(bool unpin) {
   for (size_t i = 0; aipc__hmap_next(&g.exports, &i, &k, &v);) {
     aipc__export *e = v;
     aipc__hmap_remove(&g.exports, k);
-    if (unpin && e->block) {
-      aipc__mem_wrlock();
-      aipc__mem_unpin(e->block);
-      aipc__mem_unlock();
-    }
+    if (unpin && e->block) aipc__mem_unpin(e->block);
     export_free(e);
   }
   aipc__hmap_clear(&g.exports);
@@ -930,48 +920,23 @@ static void server_child_reset(void) {
 
 /* ---- the calls (exporter.h) ------------------------------------------------------ */
 
-static const char *kind_name(aipc__mem_kind kind) {
-  switch (kind) {
-    case AIPC_MEM_HOST: return "host memory from aclrtMallocHost";
-    case AIPC_MEM_IMPORT: return "imported IPC memory (only the owner of memory can export it)";
-    case AIPC_MEM_SYNC: return "the state of an event or notify";
-    case AIPC_MEM_SYNC_IMPORT: return "the state of an imported event or notify";
-    case AIPC_MEM_MAPPED:
-      return "virtual memory mapped with aclrtMapMem (share its physical allocation with "
-             "aclrtMemExportToShareableHandle instead)";
-    default: return "device memory";
-  }
-}
-
 aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *devPtr, size_t size, uint64_t flags,
                                char key[AIPC_KEY_CHARS + 1]) {
   if (kind != AIPC_OBJECT_MEMORY) {
     /* The runtime's own call for an event's or notify's state page */
-    aipc__mem_rdlock();
-    aipc__block *b = aipc__mem_find(devPtr);
-    bool ok = b && b->kind == AIPC_MEM_SYNC && b->base == (uintptr_t)devPtr && size == b->size;
-    aipc__mem_unlock();
+    aipc__block b;
+    bool ok = aipc__mem_lookup(devPtr, &b) && b.kind == AIPC_MEM_SYNC && b.base == (uintptr_t)devPtr && size == b.size;
     if (!ok) return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: %p is not an event's or notify's state", call, devPtr);
   }
 #define C "%s"
   pthread_mutex_lock(&g.lock);
   aclError rc = ACL_SUCCESS;
   aipc__export *e = NULL;
-  aipc__mem_wrlock();
-  aipc__block *b = aipc__mem_find(devPtr);
-  if (!b) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr %p is not inside a live aclrtMalloc allocation of this process",
-                    call, devPtr);
-  } else if (b->kind != (kind == AIPC_OBJECT_MEMORY ? AIPC_MEM_DEVICE : AIPC_MEM_SYNC)) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr %p is %s, not device memory from aclrtMalloc", call, devPtr,
-                    kind_name(b->kind));
-  } else if (b->user_freed) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr %p belongs to an allocation already freed with aclrtFree",
-                    call, devPtr);
-  } else if (size > b->size - ((uintptr_t)devPtr - b->base)) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
-                    C ": [devPtr, devPtr + %zu) overruns its allocation (%zu bytes at %p, devPtr %p)", call, size, b->size,
-                    (void *)b->base, devPtr);
+  /* Checked and pinned under memory's lock; the server starts outside it. */
+  aipc__mem_pinned pin = {0};
+  if ((rc = aipc__mem_export_pin(call, devPtr, size, kind == AIPC_OBJECT_MEMORY ? AIPC_MEM_DEVICE : AIPC_MEM_SYNC,
+                                 &pin)) != ACL_SUCCESS) {
+    /* message recorded */
   } else if ((rc = server_start(call)) != ACL_SUCCESS) {
     /* message recorded */
   } else if (!(e = calloc(1, sizeof *e))) {
@@ -984,20 +949,18 @@ aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *d
     e->kind = kind;
     e->ptr = devPtr;
     e->size = size;
-    e->device = b->device;
-    e->offset = (uintptr_t)devPtr - b->base;
-    e->block = b;
+    e->device = pin.device;
+    e->offset = pin.offset;
+    e->block = pin.block;
     e->flags = flags;
     e->attr = ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO;
     if (aipc__hmap_put(&g.exports, ekey(e->id), e) != 0)
       rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": out of memory", call);
-    else
-      aipc__mem_pin(b);
   }
-  aipc__mem_unlock();
   if (rc == ACL_SUCCESS) {
     aipc__key_write(kind, g.pid, aipc__config_get()->sdid, g.nonce, g.place, e->id, e->secret, key);
   } else {
+    if (pin.block) aipc__mem_unpin(pin.block);
     free(e);
   }
   pthread_mutex_unlock(&g.lock);
@@ -1262,7 +1225,6 @@ aclError aipc__exporter_import_own(const char *call, const aipc__key *k, void **
   aclError rc = ACL_SUCCESS;
   pthread_mutex_lock(&g.lock);
   aipc__export *e = export_lookup(k);
-  bool freed;
   if (!e)
     rc = aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: key not exported by process %d (closed, never issued, or forged)",
                     call, (int)g.pid);
@@ -1272,7 +1234,7 @@ aclError aipc__exporter_import_own(const char *call, const aipc__key *k, void **
   else if (e->kind != k->kind)
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: the key is %s, not %s", call, aipc__object_what(e->kind),
                     aipc__object_what(k->kind));
-  else if (aipc__mem_rdlock(), freed = e->block->user_freed, aipc__mem_unlock(), freed)
+  else if (aipc__mem_pinned_freed(e->block, NULL))
     rc = aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: the memory of this key was freed by its exporter (aclrtFree)", call);
   else if (e->self_refs == UINT32_MAX)
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key imported too many times", call);

@@ -765,9 +765,7 @@ static aclError import_register(const char *call, aipc__cconn *c, const aipc__ke
   }
   aipc__block *b = NULL;
   if (imp) {
-    aipc__mem_wrlock();
     b = aipc__mem_add_import(p, gr->size, gr->device, k->kind == AIPC_OBJECT_MEMORY ? AIPC_MEM_IMPORT : AIPC_MEM_SYNC_IMPORT, m);
-    aipc__mem_unlock();
   }
   if (!b) {
     if (imp && fresh) {
@@ -876,9 +874,7 @@ aclError aipc__importer_close(const aipc__key *k, bool *found) {
     free(imp);
     imports_counted();
   }
-  aipc__mem_wrlock();
   aipc__mem_remove_import(m->block);
-  aipc__mem_unlock();
   c->imports--;
   c->users++;
   pthread_mutex_unlock(&g.lock);
@@ -911,9 +907,7 @@ static void free_all(bool unmap) {
     for (aipc__mapping *m = imp->oldest, *next; m; m = next) {
       next = m->next;
       if (unmap) {
-        aipc__mem_wrlock();
         aipc__mem_remove_import(m->block);
-        aipc__mem_unlock();
         aipc__mapper_unmap(m->ptr, imp->size);
       }
       free(m);
