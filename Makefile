@@ -8,7 +8,8 @@
 #   make fuzz       FUZZ_TIME seconds of fuzzing per target; make fuzz-replay: the corpus
 #   make test-matrix  the Python tests on every other Python pyproject.toml claims (3.10, 3.12,
 #                   3.13; 3.11 is make test's), each in .venv-<version> without torch
-#   make wheel      dist/: the sdist and manylinux2014 wheels for 3.10-3.13; make wheel-check tests them (docs/install.md)
+#   make wheel      dist/: the sdist and manylinux2014 wheels for 3.10-3.13; make wheel-check tests them (docs/install.md);
+#                   make wheel-check-matrix also runs the test suite in the venvs of the other Pythons' wheels
 
 CC ?= cc
 PYTHON ?= python3
@@ -51,8 +52,8 @@ EXAMPLES = $(patsubst examples/c/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
 RPATH = -Wl,-rpath,'$$ORIGIN/..'
 
-.PHONY: all lib test test-c check-layers test-py test-py-asan test-matrix demo demo-c bench bench-c test-hw valgrind clean venv \
-  wheel wheel-check
+.PHONY: all lib test test-c check-layers c-programs test-py test-py-asan test-matrix demo demo-c bench bench-c test-hw valgrind clean venv \
+  wheel wheel-check wheel-check-matrix
 
 all: lib
 
@@ -80,17 +81,33 @@ $(PROGRAMS): $(LIB) $(INTERNAL_LIB)
 	$(CC) $(CFLAGS_ALL) -o $@ $(filter %.c,$^) \
 	  $(if $(filter %_internal,$@),$(INTERNAL_LIB),-L$(BUILD) -lascendcl_emu $(RPATH)) $(LDLIBS_ALL)
 
+# Each C test binary runs as a target of its own, CTEST_JOBS at a time (its
+# tests already run each in a process of their own), output kept per binary.
+CTEST_JOBS ?= 2
+CTEST_RUNS = $(patsubst $(BUILD)/tests/%,run-c-%,$(CTESTS))
+VALGRIND_RUNS = $(patsubst $(BUILD)/tests/%,valgrind-c-%,$(CTESTS))
+
 test-c: $(CTESTS) check-layers
-	@set -e; for t in $(CTESTS); do echo "== $$t"; $$t; done
+	@$(MAKE) --no-print-directory -j$(CTEST_JOBS) -O $(CTEST_RUNS)
+
+run-c-%: $(BUILD)/tests/%
+	@echo "== $<"; $<
+
+valgrind: $(CTESTS)
+	@$(MAKE) --no-print-directory -j$(CTEST_JOBS) -O $(VALGRIND_RUNS)
+
+valgrind-c-%: $(BUILD)/tests/%
+	@echo "== valgrind $<"; TEST_TIMEOUT=600 ASCEND_IPC_VALGRIND=1 valgrind -q --error-exitcode=1 --leak-check=full \
+	  --errors-for-leak-kinds=definite,indirect --trace-children=yes $<
+
+# Every C program of this build, and nothing run: what CI builds before its
+# stages start side by side.
+c-programs: $(CTESTS) $(CBENCHES) $(EXAMPLES)
 
 # The library's files call each other one way (tests/layers/check_layers.py).
 check-layers: $(LIB)
 	$(PYTHON) tests/layers/check_layers.py $(BUILD)
 
-valgrind: $(CTESTS)
-	@set -e; for t in $(CTESTS); do echo "== valgrind $$t"; \
-	  TEST_TIMEOUT=600 ASCEND_IPC_VALGRIND=1 valgrind -q --error-exitcode=1 --leak-check=full \
-	    --errors-for-leak-kinds=definite,indirect --trace-children=yes $$t; done
 
 bench-c: $(CBENCHES)
 	@for b in $(CBENCHES); do $$b; done
@@ -98,30 +115,32 @@ bench-c: $(CBENCHES)
 demo-c: $(EXAMPLES)
 	$(BUILD)/examples/demo_share
 
-# The Python side: virtual environments with the package and its test extra
-# (torch pinned in pyproject.toml). One rule makes each:
-#   $(1) its folder; $(2) pip's way in for the package (-e: editable);
-#   $(3) the environment of a last reinstall of the package alone (a
-#        sanitized build that no later install may replace), or empty;
-#   $(4) the extras. The dev venv adds `ray` (tests/python/test_ray.py); the
-#        ASan one does not: Ray's own native workers under an LD_PRELOADed
-#        ASan are not worth the trouble, and the Ray test skips there.
+# The Python side. The dev venv: the package (editable) with its test extra
+# (torch pinned in pyproject.toml) and `ray` (tests/python/test_ray.py).
 VENV ?= .venv
 VPY = $(VENV)/bin/python
 ASAN_VENV = .venv-asan
 PY_SRCS = setup.py pyproject.toml $(wildcard csrc/*/*.c csrc/*/*.h csrc/*/*/*.c csrc/*/*/*.h csrc/include/acl/*.h)
-
-define VENV_RULE
-$(1)/.installed: $$(PY_SRCS)
-	test -x $(1)/bin/python || $$(PYTHON) -m venv $(1)
-	$(1)/bin/python -m pip install -q setuptools wheel numpy
-	$(1)/bin/python -m pip install -q --no-build-isolation $(2) '.[$(4)]'
-	$(if $(3),$(3) $(1)/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps .)
-	touch $$@
-endef
 VENV_EXTRAS = test,ray
-$(eval $(call VENV_RULE,$(VENV),-e,,$(VENV_EXTRAS)))
-$(eval $(call VENV_RULE,$(ASAN_VENV),,ASCEND_IPC_SANITIZE=1,test))
+
+$(VENV)/.installed: $(PY_SRCS)
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q setuptools wheel numpy
+	$(VPY) -m pip install -q --no-build-isolation -e '.[$(VENV_EXTRAS)]'
+	touch $@
+
+# The ASan venv holds the package alone, built with ASan+UBSan; everything
+# else (torch, numpy, pytest...) it finds in the dev venv through a .pth line,
+# so torch is installed once. That line adds the dev venv's folder without
+# running its .pth files, so the dev venv's editable package stays out.
+# Ray is there too but not under ASan: the Ray test skips in this venv.
+ASAN_SITE = $(ASAN_VENV)/lib/python$(PYVER)/site-packages
+PYVER = $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+$(ASAN_VENV)/.installed: $(VENV)/.installed $(PY_SRCS)
+	test -x $(ASAN_VENV)/bin/python || $(PYTHON) -m venv --without-pip $(ASAN_VENV)
+	$(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > $(ASAN_SITE)/ascend-ipc-dev-venv.pth
+	ASCEND_IPC_SANITIZE=1 $(VPY) -m pip --python $(ASAN_VENV)/bin/python install -q --no-build-isolation --no-deps --force-reinstall .
+	touch $@
 
 venv: $(VENV)/.installed
 
@@ -172,6 +191,12 @@ wheel: $(TOOLS_VENV)/.installed
 
 wheel-check: $(TOOLS_VENV)/.installed
 	$(WHEEL_ENV) packaging/build_wheels.sh check
+
+# The same, and in the venv of each wheel of MATRIX_PYTHONS the whole test
+# suite, against the wheel users get: CI's version matrix (test-matrix builds
+# from the sources instead, for a developer's quick look).
+wheel-check-matrix: $(TOOLS_VENV)/.installed lib
+	$(WHEEL_ENV) SUITE_PYTHONS="$(MATRIX_PYTHONS)" packaging/build_wheels.sh check
 
 # Checks that need real NPUs and the CANN toolkit (skipped elsewhere).
 test-hw: $(VENV)/.installed lib

@@ -11,6 +11,7 @@
 # (packaging/requirements-wheel.txt). Settings, from the environment:
 #   TOOLS    the tools venv (.venv-tools)        PYTHONS  versions to build (3.10 3.11 3.12 3.13)
 #   DIST     where results go (dist)             PYTHON   the interpreter of the sdist check (python3)
+#   SUITE_PYTHONS  versions whose wheel check also runs the test suite (none)
 # Scratch space is build-wheel/, removed on exit; the sources' own build/
 # folders are never used: every build runs in an unpacked copy of the sdist.
 set -euo pipefail
@@ -95,11 +96,19 @@ EOF
 
 # Installs $2 (a wheel or the sdist) into a fresh venv ($3) of interpreter $1
 # and runs the smoke test there, from the scratch folder (not the source tree).
+# For a version in SUITE_PYTHONS the whole test suite follows in the same venv,
+# run from tests/ so that the package it imports is the installed wheel: the
+# version matrix tests what users install, with one install per Python.
 smoke() {
   local py=$1 what=$2 venv=$WORK/venv-$3
   "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install -q "$what"
   (cd "$WORK" && "$venv/bin/python" "$ROOT/packaging/smoke.py")
+  if [[ " ${SUITE_PYTHONS:-} " == *" $3 "* ]]; then
+    echo "== Python $3: the test suite against the installed wheel"
+    "$venv/bin/python" -m pip install -q pytest hypothesis
+    (cd "$ROOT/tests" && "$venv/bin/python" -m pytest -q -p no:cacheprovider python)
+  fi
   rm -rf "$venv"
 }
 
