@@ -43,7 +43,9 @@ void aipc__stream_atfork_prepare(void);
 void aipc__stream_atfork_parent(void);
 
 /* event.c, notify.c: aclFinalize (after the streams drained, before the
- * IPC layer) and fork (lock order: event, notify -> IPC layer -> memory). */
+ * IPC layer) and fork (lock order: event, notify -> IPC layer -> memory).
+ * Their handle registries, and stream.c's, are instances of handles.h's:
+ * each registry's lock is its kind's place in that order. */
 void aipc__event_finalize(void);
 void aipc__event_atfork_prepare(void);
 void aipc__event_atfork_parent(void);

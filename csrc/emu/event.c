@@ -20,23 +20,23 @@
  * another process of the user: it is read as numbers, never trusted as
  * pointers or sizes.
  *
- * Handles are checked against a registry of live events; stream tasks hold
- * references, so an event destroyed with work pending lives until that work
+ * Handles are checked against the registry of live events (handles.c);
+ * stream tasks hold references, so an event destroyed with work pending lives until that work
  * has run (CANN: destroying does not block).
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "core/hashmap.h"
 #include "emu/ipc/ipc.h"
 #include "emu_internal.h"
+#include "handles.h"
 #include "os/os.h"
 
 #define CELL_MAGIC 0x45504941u /* "AIPE" */
@@ -59,6 +59,7 @@ typedef struct cell {
 typedef enum event_api { API_LEGACY, API_EX } event_api;
 
 typedef struct event {
+  aipc__handle h;  /* first: the registry's head */
   uint32_t flags;  /* ACL_EVENT_* as created (an opened IPC event: ACL_EVENT_IPC) */
   event_api api;   /* which call made it: the rules differ */
   bool opened;     /* from aclrtIpcOpenEventHandle */
@@ -67,18 +68,19 @@ typedef struct event {
   uint32_t peer;   /* opened: the creator's pid */
   cell *c;
   char key[AIPC_KEY_CHARS + 1]; /* IPC: the key the handle carries */
-  atomic_int refs;
 } event;
+_Static_assert(offsetof(event, h) == 0, "an event's address is its registry head's");
 
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static aipc__hmap g_reg = AIPC__HMAP_INIT; /* handle -> event */
+static void release(aipc__handle *h);
+static void forget(aipc__handle *h);
+static const aipc__handle_ops g_ops = {"event", release, forget, NULL};
+/* Its lock also guards `shared` (one export per event). */
+static aipc__handles g_events = AIPC__HANDLES_INIT(&g_ops);
 static uint64_t g_self_start;             /* this process's start time, once read */
 static uint64_t g_self_ns;                /* and its pid namespace */
 
 #define TIMING_FLAGS (ACL_EVENT_TIME_LINE)
 #define LEGACY_DEFAULT (ACL_EVENT_SYNC | ACL_EVENT_TIME_LINE) /* aclrtCreateEvent: CANN's default event */
-
-static aipc__hkey hkey(const void *e) { return (aipc__hkey){(uint64_t)(uintptr_t)e, 0}; }
 
 static uint64_t self_start(void) {
   uint64_t s = __atomic_load_n(&g_self_start, __ATOMIC_RELAXED);
@@ -94,7 +96,7 @@ static bool is_ipc(const event *e) { return (e->flags & ACL_EVENT_IPC) != 0; }
 /* ---- lifetime ------------------------------------------------------------------- */
 
 static void put(event *e) {
-  if (atomic_fetch_sub(&e->refs, 1) != 1) return;
+  if (!aipc__handle_unref(&e->h)) return;
   if (is_ipc(e)) {
     if (e->opened || e->shared) aipc__ipc_release("aclrtDestroyEvent", e->key);
     if (!e->opened) aipc__mem_sync_free(e->c);
@@ -105,30 +107,28 @@ static void put(event *e) {
   free(e);
 }
 
+static void release(aipc__handle *h) { put((event *)h); }
+
+/* Fork child: the pages and exports were the parent's (memory.c and the IPC
+ * layer forget them likewise). */
+static void forget(aipc__handle *h) {
+  event *e = (event *)h;
+  if (!is_ipc(e)) free(e->c);
+  free(e);
+}
+
 static aclError get(const char *call, const char *what, aclrtEvent h, event **out) {
-  if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s is NULL", call, what);
-  pthread_mutex_lock(&g_mu);
-  event *e = aipc__hmap_get(&g_reg, hkey(h));
-  if (e) atomic_fetch_add(&e->refs, 1);
-  pthread_mutex_unlock(&g_mu);
-  if (!e)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s %p is not a live event (never created, or already destroyed)",
-                      call, what, h);
-  *out = e;
-  return ACL_SUCCESS;
+  aipc__handle *o;
+  aclError rc = aipc__handles_get(&g_events, call, what, h, &o);
+  if (rc == ACL_SUCCESS) *out = (event *)o;
+  return rc;
 }
 
 static aclError publish(const char *call, event *e, aclrtEvent *out) {
-  atomic_init(&e->refs, 1);
-  pthread_mutex_lock(&g_mu);
-  int r = aipc__hmap_put(&g_reg, hkey(e), e);
-  pthread_mutex_unlock(&g_mu);
-  if (r != 0) {
-    put(e);
-    return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
-  }
-  *out = e;
-  return ACL_SUCCESS;
+  aipc__handle_init(&e->h);
+  aclError rc = aipc__handles_add(&g_events, call, &e->h);
+  if (rc == ACL_SUCCESS) *out = e;
+  return rc;
 }
 
 static aclError create(const char *call, aclrtEvent *out, uint32_t flags, event_api api) {
@@ -191,15 +191,10 @@ aclError aipc__emu_create_event_ex_with_flag(aclrtEvent *event_out, uint32_t fla
 }
 
 aclError aipc__emu_destroy_event(aclrtEvent h) {
-  static const char call[] = "aclrtDestroyEvent";
-  if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: event is NULL", call);
-  pthread_mutex_lock(&g_mu);
-  event *e = aipc__hmap_remove(&g_reg, hkey(h));
-  pthread_mutex_unlock(&g_mu);
-  if (!e)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: event %p is not a live event (never created, or already destroyed)",
-                      call, h);
-  put(e); /* queued records and waits keep it until they have run */
+  aipc__handle *o;
+  aclError rc = aipc__handles_remove(&g_events, "aclrtDestroyEvent", h, &o);
+  if (rc) return rc;
+  put((event *)o); /* queued records and waits keep it until they have run */
   return ACL_SUCCESS;
 }
 
@@ -341,7 +336,7 @@ aclError aipc__emu_record_event(aclrtEvent h, aclrtStream stream) {
     atomic_store(&e->c->recorder_ns, __atomic_load_n(&g_self_ns, __ATOMIC_RELAXED));
     atomic_store(&e->c->recorder_pid, (int32_t)getpid());
   }
-  atomic_fetch_add(&e->refs, 1);
+  aipc__handle_ref(&e->h);
   *r = (record_task){{NULL, run_record, free_record}, e, atomic_fetch_add(&e->c->recorded, 1) + 1};
   rc = aipc__stream_submit(call, stream, &r->t);
   if (rc) { /* the sequence number is spent: complete it so no wait hangs on it */
@@ -459,7 +454,7 @@ static aclError stream_wait(const char *call, aclrtStream stream, aclrtEvent h, 
     rc = aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
     goto out;
   }
-  atomic_fetch_add(&e->refs, 1);
+  aipc__handle_ref(&e->h);
   *w = (wait_task){{NULL, run_wait, free_wait}, e, target, timeout_s};
   rc = aipc__stream_submit(call, stream, &w->t);
 out:
@@ -531,12 +526,12 @@ aclError aipc__emu_ipc_get_event_handle(aclrtEvent h, aclrtIpcEventHandle *handl
                     "handle)",
                     call);
   } else {
-    pthread_mutex_lock(&g_mu); /* one export per event: every call gives the same handle */
+    aipc__handles_lock(&g_events); /* one export per event: every call gives the same handle */
     if (!e->shared) {
       rc = aipc__ipc_share(call, AIPC_OBJECT_EVENT, e->c, false, e->key);
       if (rc == ACL_SUCCESS) e->shared = true;
     }
-    pthread_mutex_unlock(&g_mu);
+    aipc__handles_unlock(&g_events);
     if (rc == ACL_SUCCESS) {
       aipc__event_handle_write(e->key, handle);
     }
@@ -570,38 +565,14 @@ aclError aipc__emu_ipc_open_event_handle(aclrtIpcEventHandle handle, aclrtEvent 
 
 /* ---- teardown, fork ---------------------------------------------------------------------------- */
 
-void aipc__event_finalize(void) {
-  /* Streams have drained: every reference left is the registry's. */
-  for (;;) {
-    pthread_mutex_lock(&g_mu);
-    size_t cur = 0;
-    aipc__hkey k;
-    event *e = NULL;
-    if (aipc__hmap_next(&g_reg, &cur, &k, (void **)&e)) aipc__hmap_remove(&g_reg, k);
-    pthread_mutex_unlock(&g_mu);
-    if (!e) break;
-    put(e);
-  }
-  pthread_mutex_lock(&g_mu);
-  aipc__hmap_clear(&g_reg);
-  pthread_mutex_unlock(&g_mu);
-}
+/* Streams have drained: every reference left is the registry's. */
+void aipc__event_finalize(void) { aipc__handles_finalize(&g_events); }
 
-void aipc__event_atfork_prepare(void) { pthread_mutex_lock(&g_mu); }
-void aipc__event_atfork_parent(void) { pthread_mutex_unlock(&g_mu); }
+void aipc__event_atfork_prepare(void) { aipc__handles_atfork_prepare(&g_events); }
+void aipc__event_atfork_parent(void) { aipc__handles_atfork_parent(&g_events); }
 
 void aipc__event_atfork_child(void) {
-  /* The child starts with no events: their pages and exports were the
-   * parent's (memory.c and the IPC layer forget them likewise). */
-  size_t cur = 0;
-  void *v;
-  while (aipc__hmap_next(&g_reg, &cur, NULL, &v)) {
-    event *e = v;
-    if (!is_ipc(e)) free(e->c);
-    free(e);
-  }
-  aipc__hmap_clear(&g_reg);
+  aipc__handles_atfork_child(&g_events); /* the child starts with no events */
   g_self_start = 0;
   g_self_ns = 0;
-  g_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 }

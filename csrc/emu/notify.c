@@ -12,17 +12,17 @@
  * and isolation as memory keys. The importer maps that page and nothing
  * else. CANN's roles: the importer records; only the creator's side waits.
  *
- * Handles are checked against a registry of live notifies; queued tasks hold
- * references, so destroying with work pending is safe.
+ * Handles are checked against the registry of live notifies (handles.c);
+ * queued tasks hold references, so destroying with work pending is safe.
  */
-#include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/hashmap.h"
 #include "emu/ipc/ipc.h"
 #include "emu_internal.h"
+#include "handles.h"
 #include "os/os.h"
 
 #define CELL_MAGIC 0x4e504941u /* "AIPN" */
@@ -36,6 +36,7 @@ typedef struct cell { /* shared with importers: read as numbers only */
 } cell;
 
 typedef struct notify {
+  aipc__handle h; /* first: the registry's head */
   uint64_t flags; /* ACL_NOTIFY_* */
   bool imported;
   bool exported;
@@ -43,47 +44,38 @@ typedef struct notify {
   int32_t device;
   cell *c;
   char key[AIPC_KEY_CHARS + 1];
-  atomic_int refs;
 } notify;
+_Static_assert(offsetof(notify, h) == 0, "a notify's address is its registry head's");
 
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static aipc__hmap g_reg = AIPC__HMAP_INIT;
+static void release(aipc__handle *h);
+static void forget(aipc__handle *h) { free(h); } /* fork child: the page and export were the parent's */
+static const aipc__handle_ops g_ops = {"notify", release, forget, NULL};
+/* Its lock also guards the export fields and g_next_id. */
+static aipc__handles g_notifies = AIPC__HANDLES_INIT(&g_ops);
 static uint32_t g_next_id;
 
-static aipc__hkey hkey(const void *n) { return (aipc__hkey){(uint64_t)(uintptr_t)n, 0}; }
-
 static void put(notify *n) {
-  if (atomic_fetch_sub(&n->refs, 1) != 1) return;
+  if (!aipc__handle_unref(&n->h)) return;
   if (n->imported || n->exported) aipc__ipc_release("aclrtDestroyNotify", n->key);
   if (!n->imported) aipc__mem_sync_free(n->c);
   memset(n->key, 0, sizeof n->key);
   free(n);
 }
 
+static void release(aipc__handle *h) { put((notify *)h); }
+
 static aclError get(const char *call, aclrtNotify h, notify **out) {
-  if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: notify is NULL", call);
-  pthread_mutex_lock(&g_mu);
-  notify *n = aipc__hmap_get(&g_reg, hkey(h));
-  if (n) atomic_fetch_add(&n->refs, 1);
-  pthread_mutex_unlock(&g_mu);
-  if (!n)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: notify %p is not a live notify (never created, or already destroyed)",
-                      call, h);
-  *out = n;
-  return ACL_SUCCESS;
+  aipc__handle *o;
+  aclError rc = aipc__handles_get(&g_notifies, call, "notify", h, &o);
+  if (rc == ACL_SUCCESS) *out = (notify *)o;
+  return rc;
 }
 
 static aclError publish(const char *call, notify *n, aclrtNotify *out) {
-  atomic_init(&n->refs, 1);
-  pthread_mutex_lock(&g_mu);
-  int r = aipc__hmap_put(&g_reg, hkey(n), n);
-  pthread_mutex_unlock(&g_mu);
-  if (r != 0) {
-    put(n);
-    return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
-  }
-  *out = n;
-  return ACL_SUCCESS;
+  aipc__handle_init(&n->h);
+  aclError rc = aipc__handles_add(&g_notifies, call, &n->h);
+  if (rc == ACL_SUCCESS) *out = n;
+  return rc;
 }
 
 aclError aipc__emu_create_notify(aclrtNotify *out, uint64_t flag) {
@@ -105,22 +97,17 @@ aclError aipc__emu_create_notify(aclrtNotify *out, uint64_t flag) {
   }
   n->c = page;
   n->c->magic = CELL_MAGIC;
-  pthread_mutex_lock(&g_mu);
+  aipc__handles_lock(&g_notifies);
   atomic_store(&n->c->id, ++g_next_id);
-  pthread_mutex_unlock(&g_mu);
+  aipc__handles_unlock(&g_notifies);
   return publish(call, n, out);
 }
 
 aclError aipc__emu_destroy_notify(aclrtNotify h) {
-  static const char call[] = "aclrtDestroyNotify";
-  if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: notify is NULL", call);
-  pthread_mutex_lock(&g_mu);
-  notify *n = aipc__hmap_remove(&g_reg, hkey(h));
-  pthread_mutex_unlock(&g_mu);
-  if (!n)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM,
-                      "%s: notify %p is not a live notify (never created, or already destroyed)", call, h);
-  put(n);
+  aipc__handle *o;
+  aclError rc = aipc__handles_remove(&g_notifies, "aclrtDestroyNotify", h, &o);
+  if (rc) return rc;
+  put((notify *)o);
   return ACL_SUCCESS;
 }
 
@@ -199,7 +186,7 @@ static aclError run_wait(aipc__task *t, aclError failed, const atomic_bool *canc
 static aclError submit(const char *call, notify *n, aclrtStream stream, bool wait, uint32_t timeout_s) {
   notify_task *t = malloc(sizeof *t);
   if (!t) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
-  atomic_fetch_add(&n->refs, 1);
+  aipc__handle_ref(&n->h);
   *t = (notify_task){{NULL, wait ? run_wait : run_record, free_task}, n, timeout_s};
   return aipc__stream_submit(call, stream, &t->t);
 }
@@ -258,7 +245,7 @@ aclError aipc__emu_notify_get_export_key(aclrtNotify h, char *key, size_t len, u
   notify *n = NULL;
   aclError rc = get(call, h, &n);
   if (rc) return rc;
-  pthread_mutex_lock(&g_mu);
+  aipc__handles_lock(&g_notifies);
   if (n->imported || n->exported) {
     rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: the notify is already an IPC notify (%s)", call,
                     n->imported ? "imported with aclrtNotifyImportByKey" : "its key was issued before");
@@ -271,17 +258,17 @@ aclError aipc__emu_notify_get_export_key(aclrtNotify h, char *key, size_t len, u
       memcpy(key, n->key, AIPC_KEY_CHARS + 1);
     }
   }
-  pthread_mutex_unlock(&g_mu);
+  aipc__handles_unlock(&g_notifies);
   put(n);
   return rc;
 }
 
 /* The exported key of n, or a recorded error. */
 static aclError exported_key(const char *call, notify *n, char key[AIPC_KEY_CHARS + 1]) {
-  pthread_mutex_lock(&g_mu);
+  aipc__handles_lock(&g_notifies);
   bool ok = n->exported;
   if (ok) memcpy(key, n->key, AIPC_KEY_CHARS + 1);
-  pthread_mutex_unlock(&g_mu);
+  aipc__handles_unlock(&g_notifies);
   if (!ok)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: the notify has no key yet: call aclrtNotifyGetExportKey first",
                       call);
@@ -356,29 +343,8 @@ aclError aipc__emu_notify_import_by_key(aclrtNotify *out, const char *key, uint6
 
 /* ---- teardown, fork ------------------------------------------------------------------ */
 
-void aipc__notify_finalize(void) {
-  for (;;) {
-    pthread_mutex_lock(&g_mu);
-    size_t cur = 0;
-    aipc__hkey k;
-    notify *n = NULL;
-    if (aipc__hmap_next(&g_reg, &cur, &k, (void **)&n)) aipc__hmap_remove(&g_reg, k);
-    pthread_mutex_unlock(&g_mu);
-    if (!n) break;
-    put(n);
-  }
-  pthread_mutex_lock(&g_mu);
-  aipc__hmap_clear(&g_reg);
-  pthread_mutex_unlock(&g_mu);
-}
+void aipc__notify_finalize(void) { aipc__handles_finalize(&g_notifies); }
 
-void aipc__notify_atfork_prepare(void) { pthread_mutex_lock(&g_mu); }
-void aipc__notify_atfork_parent(void) { pthread_mutex_unlock(&g_mu); }
-
-void aipc__notify_atfork_child(void) {
-  size_t cur = 0;
-  void *v;
-  while (aipc__hmap_next(&g_reg, &cur, NULL, &v)) free(v);
-  aipc__hmap_clear(&g_reg);
-  g_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-}
+void aipc__notify_atfork_prepare(void) { aipc__handles_atfork_prepare(&g_notifies); }
+void aipc__notify_atfork_parent(void) { aipc__handles_atfork_parent(&g_notifies); }
+void aipc__notify_atfork_child(void) { aipc__handles_atfork_child(&g_notifies); }

@@ -10,21 +10,23 @@
  * it records complete with the failure: a consumer waiting on them learns
  * that the bytes it was waiting for were never written.
  *
- * Handles are checked against a registry of live streams, so a stale or
- * made-up handle is an error, not a crash. Callers hold a reference while
- * they use a stream; the last reference frees it.
+ * Handles are checked against the registry of live streams (handles.c), so
+ * a stale or made-up handle is an error, not a crash. Callers hold a
+ * reference while they use a stream; the last reference frees it.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/hashmap.h"
 #include "os/os.h"
 #include "emu_internal.h"
+#include "handles.h"
 
 typedef struct stream {
+  aipc__handle h; /* first: the registry's head */
   pthread_mutex_t mu;
   pthread_cond_t work; /* queue non-empty or stop */
   pthread_cond_t idle; /* pending reached 0 */
@@ -36,15 +38,16 @@ typedef struct stream {
   aclError err;       /* first asynchronous error since the last synchronize */
   char msg[512];
   pthread_t thread;
-  atomic_int refs;
   int32_t device; /* current device of the thread that created it */
 } stream;
+_Static_assert(offsetof(stream, h) == 0, "a stream's address is its registry head's");
 
-static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static aipc__hmap g_reg = AIPC__HMAP_INIT; /* handle -> stream */
-static stream *g_default;                  /* the NULL stream, created lazily */
-
-static aipc__hkey handle_key(const void *s) { return (aipc__hkey){(uint64_t)(uintptr_t)s, 0}; }
+static void release(aipc__handle *h);
+static void forget(aipc__handle *h);
+static void fork_hold(aipc__handle *h, bool hold);
+static const aipc__handle_ops g_ops = {"stream", release, forget, fork_hold};
+static aipc__handles g_streams = AIPC__HANDLES_INIT(&g_ops);
+static stream *g_default; /* the NULL stream, created lazily; under the registry lock */
 
 static void free_tasks(stream *s) {
   for (aipc__task *t = s->head, *next; t; t = next) {
@@ -65,7 +68,7 @@ static void forget_tasks(stream *s) {
 }
 
 static void put(stream *s) {
-  if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+  if (!aipc__handle_unref(&s->h)) return;
   free_tasks(s);
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->idle);
@@ -106,7 +109,7 @@ static aclError stream_new(const char *call, stream **out) {
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->idle, NULL);
-  atomic_init(&s->refs, 1);
+  aipc__handle_init(&s->h);
   atomic_init(&s->cancel, false);
   s->device = aipc__device_current();
   int e = aipc__os_thread_start(&s->thread, worker, s);
@@ -143,25 +146,25 @@ static void stream_shutdown(stream *s, bool force) {
   put(s);
 }
 
+/* The registry's reference, dropped: by a failed create and aclFinalize. */
+static void release(aipc__handle *h) { stream_shutdown((stream *)h, false); }
+
 /* A referenced stream for handle h (NULL: the default stream). */
 static aclError get(const char *call, aclrtStream h, stream **out) {
+  if (h) {
+    aipc__handle *o;
+    aclError rc = aipc__handles_get(&g_streams, call, "stream", h, &o);
+    if (rc == ACL_SUCCESS) *out = (stream *)o;
+    return rc;
+  }
   aclError rc = ACL_SUCCESS;
-  pthread_mutex_lock(&g_reg_mu);
-  stream *s = NULL;
-  if (!h) {
-    if (!g_default) rc = stream_new(call, &g_default);
-    s = g_default;
-  } else {
-    s = aipc__hmap_get(&g_reg, handle_key(h));
-    if (!s)
-      rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is not a live stream (never created, or already destroyed)",
-                      call, h);
+  aipc__handles_lock(&g_streams);
+  if (!g_default) rc = stream_new(call, &g_default);
+  if (rc == ACL_SUCCESS) {
+    aipc__handle_ref(&g_default->h);
+    *out = g_default;
   }
-  if (rc == ACL_SUCCESS && s) {
-    atomic_fetch_add(&s->refs, 1);
-    *out = s;
-  }
-  pthread_mutex_unlock(&g_reg_mu);
+  aipc__handles_unlock(&g_streams);
   return rc;
 }
 
@@ -210,26 +213,17 @@ aclError aipc__emu_create_stream(aclrtStream *stream_out) {
   stream *s = NULL;
   aclError rc = stream_new("aclrtCreateStream", &s);
   if (rc) return rc;
-  pthread_mutex_lock(&g_reg_mu);
-  int e = aipc__hmap_put(&g_reg, handle_key(s), s);
-  pthread_mutex_unlock(&g_reg_mu);
-  if (e != 0) {
-    stream_shutdown(s, false);
-    return aipc__fail(ACL_ERROR_BAD_ALLOC, "aclrtCreateStream: out of host memory");
-  }
+  if ((rc = aipc__handles_add(&g_streams, "aclrtCreateStream", &s->h))) return rc;
   *stream_out = s;
   return ACL_SUCCESS;
 }
 
 static aclError destroy(const char *call, aclrtStream h, bool force) {
   if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: the default stream (NULL) cannot be destroyed", call);
-  pthread_mutex_lock(&g_reg_mu);
-  stream *s = aipc__hmap_remove(&g_reg, handle_key(h));
-  pthread_mutex_unlock(&g_reg_mu);
-  if (!s)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is not a live stream (never created, or already destroyed)",
-                      call, h);
-  stream_shutdown(s, force);
+  aipc__handle *o;
+  aclError rc = aipc__handles_remove(&g_streams, call, h, &o);
+  if (rc) return rc;
+  stream_shutdown((stream *)o, force);
   return ACL_SUCCESS;
 }
 
@@ -362,89 +356,59 @@ aclError aipc__emu_memset_async(void *devPtr, size_t maxCount, int32_t value, si
 /* ---- teardown and fork ------------------------------------------------ */
 
 void aipc__stream_finalize(void) {
-  for (;;) {
-    pthread_mutex_lock(&g_reg_mu);
-    size_t cur = 0;
-    aipc__hkey k;
-    stream *s = NULL;
-    if (aipc__hmap_next(&g_reg, &cur, &k, (void **)&s)) {
-      aipc__hmap_remove(&g_reg, k);
-    } else {
-      s = g_default;
-      g_default = NULL;
-      aipc__hmap_clear(&g_reg);
-    }
-    pthread_mutex_unlock(&g_reg_mu);
-    if (!s) break;
-    stream_shutdown(s, false);
-  }
+  aipc__handles_finalize(&g_streams);
+  aipc__handles_lock(&g_streams);
+  stream *s = g_default;
+  g_default = NULL;
+  aipc__handles_unlock(&g_streams);
+  if (s) stream_shutdown(s, false);
 }
 
+static bool on_device(aipc__handle *h, void *device) { return ((stream *)h)->device == *(int32_t *)device; }
+
 void aipc__stream_reset_device(int32_t device) {
-  pthread_mutex_lock(&g_reg_mu);
+  aipc__handles_lock(&g_streams);
   stream *d = g_default;
-  if (d) atomic_fetch_add(&d->refs, 1);
-  pthread_mutex_unlock(&g_reg_mu);
+  if (d) aipc__handle_ref(&d->h);
+  aipc__handles_unlock(&g_streams);
   if (d) { /* its work is waited for, as CANN documents; its errors stay for aclrtSynchronizeStream */
     pthread_mutex_lock(&d->mu);
     while (d->pending > 0) pthread_cond_wait(&d->idle, &d->mu);
     pthread_mutex_unlock(&d->mu);
     put(d);
   }
-  for (;;) {
-    stream *victim = NULL;
-    pthread_mutex_lock(&g_reg_mu);
-    size_t cur = 0;
-    aipc__hkey k;
-    void *v;
-    while (aipc__hmap_next(&g_reg, &cur, &k, &v)) {
-      if (((stream *)v)->device != device) continue;
-      victim = v;
-      aipc__hmap_remove(&g_reg, k);
-      break;
-    }
-    pthread_mutex_unlock(&g_reg_mu);
-    if (!victim) break;
-    stream_shutdown(victim, true);
-  }
+  for (aipc__handle *h; (h = aipc__handles_take_if(&g_streams, on_device, &device));)
+    stream_shutdown((stream *)h, true);
 }
 
 /* Fork: hold the registry and every stream's queue still, so the child
  * copies consistent lists it can free. */
-static void lock_all(bool lock) {
-  size_t cur = 0;
-  void *v;
-  while (aipc__hmap_next(&g_reg, &cur, NULL, &v)) {
-    stream *s = v;
-    lock ? pthread_mutex_lock(&s->mu) : pthread_mutex_unlock(&s->mu);
-  }
-  if (g_default) lock ? pthread_mutex_lock(&g_default->mu) : pthread_mutex_unlock(&g_default->mu);
+static void fork_hold(aipc__handle *h, bool hold) {
+  stream *s = (stream *)h;
+  hold ? pthread_mutex_lock(&s->mu) : pthread_mutex_unlock(&s->mu);
+}
+
+/* Fork child: the workers do not exist here: free what the parent's streams
+ * left in memory without joining them or touching their (held) locks. */
+static void forget(aipc__handle *h) {
+  forget_tasks((stream *)h);
+  free(h);
 }
 
 void aipc__stream_atfork_prepare(void) {
-  pthread_mutex_lock(&g_reg_mu);
-  lock_all(true);
+  aipc__handles_atfork_prepare(&g_streams);
+  if (g_default) fork_hold(&g_default->h, true);
 }
 
 void aipc__stream_atfork_parent(void) {
-  lock_all(false);
-  pthread_mutex_unlock(&g_reg_mu);
+  if (g_default) fork_hold(&g_default->h, false);
+  aipc__handles_atfork_parent(&g_streams);
 }
 
 void aipc__stream_atfork_child(void) {
-  /* The workers do not exist here: free what the parent's streams left in
-   * memory without joining them or touching their (held) locks. */
-  size_t cur = 0;
-  void *v;
-  while (aipc__hmap_next(&g_reg, &cur, NULL, &v)) {
-    forget_tasks(v);
-    free(v);
-  }
-  aipc__hmap_clear(&g_reg);
+  aipc__handles_atfork_child(&g_streams);
   if (g_default) {
-    forget_tasks(g_default);
-    free(g_default);
+    forget(&g_default->h);
     g_default = NULL;
   }
-  g_reg_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 }
