@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "allocation.h"
-#include "cann/cann_provider.h"
 #include "devicearray.h"
 #include "dtype.h"
 #include "ipchandle.h"
@@ -36,13 +35,13 @@ static PyObject *str_or_none(const char *s) {
 
 static PyObject *fn_provider_info(PyObject *module, PyObject *unused) {
   const aipc_provider *p = state(module)->provider;
-  const aipc_cann_info *ci = strcmp(p->name, "cann") == 0 ? aipc__cann_info() : NULL;
+  const aipc_provider_report *report = p->report != NULL ? p->report() : NULL;
   PyObject *d = PyDict_New(), *missing = NULL;
   if (d == NULL) return NULL;
   if (dict_set_steal(d, "name", PyUnicode_FromString(p->name)) < 0 ||
       dict_set_steal(d, "library", str_or_none(p->library_path)) < 0 ||
-      dict_set_steal(d, "version", str_or_none(ci != NULL ? ci->version : NULL)) < 0 ||
-      dict_set_steal(d, "version_source", str_or_none(ci != NULL ? ci->version_source : NULL)) < 0 ||
+      dict_set_steal(d, "version", str_or_none(report != NULL ? report->version : NULL)) < 0 ||
+      dict_set_steal(d, "version_source", str_or_none(report != NULL ? report->version_source : NULL)) < 0 ||
       dict_set_steal(d, "dlpack_device_type", PyLong_FromLong(p->dlpack_device_type)) < 0 ||
       dict_set_steal(d, "host_visible", PyBool_FromLong(p->host_visible)) < 0 ||
       dict_set_steal(d, "selection", str_or_none(aipc_py_selection_note())) < 0) {
@@ -50,8 +49,8 @@ static PyObject *fn_provider_info(PyObject *module, PyObject *unused) {
   }
   missing = PyDict_New();
   if (missing == NULL) goto fail;
-  for (size_t i = 0; ci != NULL && i < ci->n_missing; i++) {
-    if (dict_set_steal(missing, ci->missing[i], PyUnicode_FromString(ci->missing_since[i])) < 0) goto fail;
+  for (size_t i = 0; report != NULL && i < report->n_missing; i++) {
+    if (dict_set_steal(missing, report->missing[i], PyUnicode_FromString(report->missing_since[i])) < 0) goto fail;
   }
   if (dict_set_steal(d, "unsupported", missing) < 0) {
     missing = NULL;
