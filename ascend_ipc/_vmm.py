@@ -24,7 +24,7 @@ import threading
 import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from . import _C, _place
+from . import _C
 from ._C import AclError, DeviceArray
 
 __all__ = ["PhysicalMemory", "ShareableHandle", "VirtualRange", "MappedHandle", "granularity", "share_mapped"]
@@ -100,7 +100,7 @@ class PhysicalMemory:
         value = _shareable_number(self.handle, want is not None)
         if want:
             _C._vmm_set_pids(value, want)
-        return ShareableHandle(value, self.size, self.device, os.getpid(), _place.here())
+        return ShareableHandle(value, self.size, self.device, os.getpid(), _C._place_here())
 
     def close(self) -> None:
         """Gives this handle back (aclrtFreePhysical); idempotent."""
@@ -132,10 +132,13 @@ class ShareableHandle:
 
     __slots__ = ("value", "size", "device", "pid", "place")
 
-    def __init__(self, value: int, size: int, device: int, pid: int, place: Optional[_place.Place] = None) -> None:
+    def __init__(self, value: int, size: int, device: int, pid: int,
+                 place: Optional[Tuple[int, int, int]] = None) -> None:
         self.value, self.size, self.device, self.pid = int(value), int(size), int(device), int(pid)
-        # where the exporter runs (None: unknown, e.g. a number from a C program)
-        self.place = None if place is None else (str(place[0]), int(place[1]), int(place[2]))
+        # Where the exporter runs, _C._place_here() there: (host boot, network namespace, PID
+        # namespace) ids, 0 where unknown; None: unknown, e.g. a number from a C program. The
+        # number itself has no room for it, as a key has, so the handle carries it in full.
+        self.place = None if place is None else (int(place[0]), int(place[1]), int(place[2]))
 
     def open(self, device: Optional[int] = None) -> PhysicalMemory:
         """This process's PhysicalMemory over the exporter's (on device, default: the exporter's id)."""
@@ -143,7 +146,8 @@ class ShareableHandle:
         if _C.provider() == "emulated":
             # The emulator's door is a socket of the exporter's network namespace; on NPUs
             # the driver shares across containers, so only the emulator refuses.
-            _place.check(self.place, "aclrtMemImportFromShareableHandle", f"shareable handle 0x{self.value:016x}")
+            _C._place_check(self.place, "aclrtMemImportFromShareableHandle", f"shareable handle 0x{self.value:016x}",
+                            "shareable handle")
         handle = _C._vmm_import(self.value, dev)
         return PhysicalMemory._from_handle(handle, self.size, dev, True)
 

@@ -6,7 +6,9 @@
  * module works in subinterpreters and can be imported more than once.
  *
  * The runtime is reached only through the provider table chosen once at module
- * exec (provider_select.c); nothing here calls the emulator directly.
+ * exec (provider_select.c); nothing here calls the emulator directly (vmm.c's
+ * place check uses the IPC layer's emu/ipc/identity.h, which reads /proc and
+ * is no runtime call).
  */
 #ifndef ASCEND_IPC_PYTHON_MODULE_H_
 #define ASCEND_IPC_PYTHON_MODULE_H_
