@@ -22,12 +22,16 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import _C
 from ._C import AclError, DeviceArray
 
 __all__ = ["PhysicalMemory", "ShareableHandle", "VirtualRange", "MappedHandle", "granularity", "share_mapped"]
+
+# MappedHandle.open_torch(): ascend_ipc.torch.open_torch, which ascend_ipc/__init__.py sets here (this
+# module knows no torch).
+_open_torch: Optional[Callable[..., Any]] = None
 
 
 def granularity(device: Optional[int] = None, huge1g: bool = False) -> int:
@@ -392,9 +396,9 @@ class MappedHandle:
 
     def open_torch(self, device: Optional[int] = None):
         """open() as a tensor (needs torch)."""
-        from . import torch as aipc_torch
-
-        return aipc_torch._open_mapped(self, device)
+        if _open_torch is None:
+            raise RuntimeError("MappedHandle.open_torch(): import ascend_ipc, which sets up its torch side")
+        return _open_torch(self, device)
 
     def close(self) -> None:
         """Sender side: lets the retained physical memory (and whatever else the handle kept) go."""

@@ -581,6 +581,28 @@ done:
   return result;
 }
 
+/* ---- callbacks ---------------------------------------------------------------- */
+
+/* _register_callbacks(*, hold, release, open_torch): see aipc_py_state. */
+static PyObject *fn_register_callbacks(PyObject *module, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"hold", "release", "open_torch", NULL};
+  aipc_py_state *st = aipc_py_state_of_module(module);
+  PyObject *fns[3] = {NULL, NULL, NULL};
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOO:_register_callbacks", kwlist, &fns[0], &fns[1], &fns[2]))
+    return NULL;
+  for (int i = 0; i < 3; i++) {
+    if (fns[i] == NULL || !PyCallable_Check(fns[i])) {
+      PyErr_Format(PyExc_TypeError, "_register_callbacks() needs a callable %s", kwlist[i]);
+      return NULL;
+    }
+  }
+  Py_XSETREF(st->hold, Py_NewRef(fns[0]));
+  Py_XSETREF(st->release, Py_NewRef(fns[1]));
+  Py_XSETREF(st->open_torch, Py_NewRef(fns[2]));
+  Py_RETURN_NONE;
+}
+
 /* ---- the method table ------------------------------------------------------ */
 
 /* Each docstring starts with a text signature ("name($module, ...)\n--\n\n"),
@@ -652,6 +674,12 @@ PyMethodDef aipc_py_module_functions[] = {
      "_view_at($module, /, address, shape, strides, dtype)\n--\n\n"
      "The DeviceArray over the live device memory of this process that holds that\n"
      "view, or None (internal)."},
+    {"_register_callbacks", (PyCFunction)(void (*)(void))fn_register_callbacks, METH_VARARGS | METH_KEYWORDS,
+     "_register_callbacks($module, /, *, hold, release, open_torch)\n--\n\n"
+     "What the extension calls back into the package with (ascend_ipc/__init__.py hands\n"
+     "them over once; the extension never imports the package): put and drop's\n"
+     "hold(handle, one_receiver) and release(address, token), and\n"
+     "open_torch(handle, *args, **kwargs) behind IpcHandle.open_torch()."},
     {"_live_allocations", fn_live_allocations, METH_NOARGS,
      "_live_allocations($module, /)\n--\n\n"
      "The live allocations of this process: a list of (base, size, device, kind)\n"
