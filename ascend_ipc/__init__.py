@@ -56,8 +56,38 @@ def _register_one_receiver_pickling():
     ForkingPickler.register(IpcHandle, _C._reduce_for_one)
 
 
+def _hold(handle, one_receiver):
+    from ._handoff import hold
+
+    return hold(handle, one_receiver)
+
+
+def _release(address, token):
+    from ._handoff import release
+
+    release(address, token)
+
+
+def _open_torch(handle, *args, **kwargs):
+    from .torch import open_torch
+
+    return open_torch(handle, *args, **kwargs)
+
+
+def _register_callbacks():
+    # What the package's parts call back into it with; each module is imported on first use, so
+    # that importing ascend_ipc imports neither put and drop's sockets nor torch. The extension
+    # never imports the package: it gets put and drop's hold and release, and what
+    # IpcHandle.open_torch() runs, here. MappedHandle.open_torch() runs the same.
+    from . import _C, _vmm
+
+    _C._register_callbacks(hold=_hold, release=_release, open_torch=_open_torch)
+    _vmm._open_torch = _open_torch
+
+
 _register_one_receiver_pickling()
-del _register_one_receiver_pickling
+_register_callbacks()
+del _register_one_receiver_pickling, _register_callbacks
 
 __all__ = [
     "KEY_LEN",

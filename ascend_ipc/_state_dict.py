@@ -1,23 +1,26 @@
-"""State dicts shared in one export (SPEC 3.2), for ascend_ipc.torch.
+"""State dicts shared in one export (SPEC 3.2): the packing and the handle, for ascend_ipc.torch.
 
-share_state_dict() packs every tensor of a state dict into one buffer of exportable device
-memory, in one pass, and exports that buffer once: a receiver's open() is one import (one
-round trip) and gives zero-copy views, whatever the number of tensors. update() writes new
-values into the same buffer — the trainer -> inference weight-sync loop — and, with a stream,
-records the handle's IPC event behind the writes, so a receiver's synchronize() (and every
-later open()) waits for them.
+share() packs every tensor of a state dict into one buffer of exportable device memory, in one
+pass, and exports that buffer once: a receiver's open() is one import (one round trip) and
+gives zero-copy views, whatever the number of tensors. update() writes new values into the
+same buffer — the trainer -> inference weight-sync loop — and, with a stream, records the
+handle's IPC event behind the writes, so a receiver's synchronize() (and every later open())
+waits for them.
 
 Each tensor's bytes start at a multiple of ALIGN in the buffer; a tensor is stored
 C-contiguous (its shape and dtype are kept; a non-contiguous tensor's own strides are not,
 as torch's own serialisation does), and its Parameter-ness and requires_grad are kept.
+
+This module knows no torch: what is done to tensors (describing them, copying them in,
+viewing the buffer, rebuilding a handle from its pickle) is the `tensors` object that
+ascend_ipc.torch hands to share() and that every StateDictHandle keeps, so imports go one
+way, ascend_ipc.torch -> here.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Mapping, Optional, Tuple
-
-import torch
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from . import _C
 from ._C import Event, IpcHandle, Stream
@@ -26,42 +29,32 @@ ALIGN = 512  # bytes: every tensor starts on a cache line and a DMA-friendly bou
 
 
 class _Entry:
-    __slots__ = ("name", "dtype", "shape", "offset", "nbytes", "parameter", "requires_grad")
+    __slots__ = ("name", "dtype", "dtype_name", "shape", "offset", "nbytes", "parameter", "requires_grad")
 
-    def __init__(self, name, dtype, shape, offset, nbytes, parameter, requires_grad):
-        self.name, self.dtype, self.shape = name, dtype, shape
+    def __init__(self, name, dtype, dtype_name, shape, offset, nbytes, parameter, requires_grad):
+        self.name, self.dtype, self.dtype_name, self.shape = name, dtype, dtype_name, shape
         self.offset, self.nbytes = offset, nbytes
         self.parameter, self.requires_grad = parameter, requires_grad
 
     def plain(self) -> tuple:
-        return (self.name, str(self.dtype).replace("torch.", ""), self.shape, self.offset, self.nbytes,
-                self.parameter, self.requires_grad)
+        return (self.name, self.dtype_name, self.shape, self.offset, self.nbytes, self.parameter, self.requires_grad)
 
 
-def _layout(state_dict: Mapping[str, torch.Tensor]) -> Tuple[List[_Entry], int]:
+def _layout(state_dict: Mapping[str, Any], tensors: Any) -> Tuple[List[_Entry], int]:
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"share_state_dict() needs a mapping of names to tensors, not {type(state_dict).__name__}")
     entries, offset = [], 0
     for name, t in state_dict.items():
         if not isinstance(name, str):
             raise TypeError(f"state dict keys must be str, not {type(name).__name__}")
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"state dict entry {name!r} is a {type(t).__name__}, not a torch.Tensor")
-        if t.is_sparse or t.layout != torch.strided:
-            raise TypeError(f"state dict entry {name!r}: only strided tensors can be shared ({t.layout})")
-        nbytes = t.numel() * t.element_size()
-        entries.append(_Entry(name, t.dtype, tuple(t.shape), offset, nbytes, isinstance(t, torch.nn.Parameter),
-                              bool(t.requires_grad)))
+        dtype, dtype_name, shape, nbytes, parameter, requires_grad = tensors.describe(name, t)
+        entries.append(_Entry(name, dtype, dtype_name, shape, offset, nbytes, parameter, requires_grad))
         offset += math.ceil(max(nbytes, 1) / ALIGN) * ALIGN
     return entries, max(offset, ALIGN)
 
 
-def _typed(buf: torch.Tensor, entries: List[_Entry]) -> Dict[torch.dtype, torch.Tensor]:
-    """The buffer viewed once per dtype (every offset is a multiple of ALIGN, so of every itemsize)."""
-    return {dt: buf.view(dt) for dt in {e.dtype for e in entries}}
-
-
-def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+def contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    """The strides, in elements, of a C-contiguous tensor of shape."""
     strides, step = [], 1
     for n in reversed(shape):
         strides.append(step)
@@ -69,42 +62,18 @@ def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _tensor_at(typed: Dict[torch.dtype, torch.Tensor], e: _Entry) -> torch.Tensor:
-    # one torch call per tensor: a thousand-tensor dict opens in milliseconds
-    base = typed[e.dtype]
-    return base.as_strided(e.shape, _contiguous_strides(e.shape), e.offset // base.element_size())
-
-
-def _views(buf: torch.Tensor, entries: List[_Entry]) -> Dict[str, torch.Tensor]:
-    typed = _typed(buf, entries)
-    out: Dict[str, torch.Tensor] = {}
-    for e in entries:
-        t = _tensor_at(typed, e)
-        if e.parameter:
-            t = torch.nn.Parameter(t, requires_grad=e.requires_grad)
-        elif e.requires_grad:
-            t.requires_grad_(True)
-        out[e.name] = t
-    return out
-
-
-def _copy_in(buf: torch.Tensor, entries: List[_Entry], state_dict: Mapping[str, torch.Tensor]) -> None:
-    typed = _typed(buf, entries)
-    with torch.no_grad():
-        for e in entries:
-            _tensor_at(typed, e).copy_(state_dict[e.name])
-
-
 class StateDictHandle:
     """A picklable handle of a state dict shared in one export. open() in any process gives
     a dict of zero-copy tensors; the exporter's update() writes new values into them."""
 
-    __slots__ = ("_handle", "_entries", "_event", "_buf", "_ev", "__weakref__")
+    __slots__ = ("_handle", "_entries", "_event", "_tensors", "_buf", "_ev", "__weakref__")
 
-    def __init__(self, handle: IpcHandle, entries: List[_Entry], event: bytes, buf=None, ev=None):
-        # event: the handle of the IPC event that orders the exporter's writes; buf and ev:
-        # the exporter's buffer and that Event, in the process that shared the state dict
-        self._handle, self._entries, self._event, self._buf, self._ev = handle, entries, event, buf, ev
+    def __init__(self, handle: IpcHandle, entries: List[_Entry], event: bytes, tensors: Any, buf=None, ev=None):
+        # event: the handle of the IPC event that orders the exporter's writes; tensors: what is
+        # done to tensors (ascend_ipc.torch's); buf and ev: the exporter's buffer and that Event,
+        # in the process that shared the state dict
+        self._handle, self._entries, self._event, self._tensors = handle, entries, event, tensors
+        self._buf, self._ev = buf, ev
 
     # ---- what every side can do
 
@@ -125,16 +94,13 @@ class StateDictHandle:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def open(self, device: Optional[int] = None) -> Dict[str, torch.Tensor]:
+    def open(self, device: Optional[int] = None) -> Dict[str, Any]:
         """The state dict in this process: one import of the buffer, a zero-copy view per
         tensor (dtype, shape, Parameter and requires_grad kept). The views keep the import
         alive; it ends when the last of them is collected. Waits first for the exporter's
         stream-ordered writes, if any."""
-        from .torch import open_torch
-
         self.synchronize(device)
-        buf = open_torch(self._handle, device)
-        return _views(buf, self._entries)
+        return self._tensors.open(self._handle, self._entries, device)
 
     def synchronize(self, device: Optional[int] = None) -> None:
         """Waits (GIL released, Ctrl-C interrupts) until the exporter's writes queued on its
@@ -150,7 +116,7 @@ class StateDictHandle:
 
     # ---- the exporter
 
-    def update(self, state_dict: Mapping[str, torch.Tensor], stream: Optional[Stream] = None) -> None:
+    def update(self, state_dict: Mapping[str, Any], stream: Optional[Stream] = None) -> None:
         """Writes state_dict's values into the shared buffer (same names, dtypes and shapes),
         in place: every receiver's open views see them, no new export. With stream, the
         handle's IPC event is recorded there after the writes, so receivers' synchronize()
@@ -163,10 +129,10 @@ class StateDictHandle:
             raise ValueError(f"update() needs the shared names: missing {missing[:5]}, unknown {extra[:5]}")
         for e in self._entries:
             t = state_dict[e.name]
-            if not isinstance(t, torch.Tensor) or t.dtype != e.dtype or tuple(t.shape) != e.shape:
+            if not self._tensors.matches(t, e):
                 got = (getattr(t, "dtype", type(t).__name__), tuple(getattr(t, "shape", ())))
                 raise ValueError(f"update(): {e.name!r} is {got}, the shared tensor is {(e.dtype, e.shape)}")
-        _copy_in(self._buf, self._entries, state_dict)
+        self._tensors.copy_in(self._buf, self._entries, state_dict)
         if stream is not None:
             self._ev.record(stream)
 
@@ -182,36 +148,33 @@ class StateDictHandle:
         self.close()
 
     def __reduce__(self):
-        return (_rebuild, (self._handle, [e.plain() for e in self._entries], self._event))
+        return (self._tensors.rebuild, (self._handle, [e.plain() for e in self._entries], self._event))
 
     def __repr__(self) -> str:
         return (f"StateDictHandle({len(self._entries)} tensors, {self.nbytes} bytes, "
                 f"key={self._handle.key[:12]!r}...{', exporter' if self._buf is not None else ''})")
 
 
-def _rebuild(handle: IpcHandle, plain: list, event: bytes) -> StateDictHandle:
+def rebuild(handle: IpcHandle, plain: Iterable[tuple], event: bytes, tensors: Any) -> StateDictHandle:
+    """The receiver's StateDictHandle from what __reduce__ pickled (tensors.dtype(name, dtype_name)
+    gives each entry's dtype)."""
     entries = []
-    for name, dtype, shape, offset, nbytes, parameter, requires_grad in plain:
-        dt = getattr(torch, dtype, None)
-        if not isinstance(dt, torch.dtype):
-            raise TypeError(f"state dict entry {name!r} has dtype {dtype!r}, which this torch does not have")
-        entries.append(_Entry(name, dt, tuple(shape), int(offset), int(nbytes), bool(parameter),
-                              bool(requires_grad)))
-    return StateDictHandle(handle, entries, event)
+    for name, dtype_name, shape, offset, nbytes, parameter, requires_grad in plain:
+        entries.append(_Entry(name, tensors.dtype(name, dtype_name), dtype_name, tuple(shape), int(offset),
+                              int(nbytes), bool(parameter), bool(requires_grad)))
+    return StateDictHandle(handle, entries, event, tensors)
 
 
-def share_state_dict(state_dict: Mapping[str, torch.Tensor], pids=None, stream: Optional[Stream] = None,
-                     device: Optional[int] = None) -> StateDictHandle:
-    """Packs state_dict into one buffer of exportable device memory (one pass) and exports it
-    once. pids as in ascend_ipc.export(); stream: see StateDictHandle.update()."""
-    from .torch import _view_of, empty
-
+def share(state_dict: Mapping[str, Any], pids, stream: Optional[Stream], device: Optional[int],
+          tensors: Any) -> StateDictHandle:
+    """Packs state_dict into one buffer of exportable device memory (tensors.buffer; one pass)
+    and exports it once. pids as in ascend_ipc.export(); stream: see StateDictHandle.update()."""
     if stream is not None and not isinstance(stream, Stream):
         raise TypeError(f"stream must be None or an ascend_ipc.Stream, not {type(stream).__name__}")
-    entries, total = _layout(state_dict)
-    buf = empty((total,), torch.uint8, device)
-    _copy_in(buf, entries, state_dict)
-    view = _view_of(buf)
+    entries, total = _layout(state_dict, tensors)
+    buf = tensors.buffer(total, device)
+    tensors.copy_in(buf, entries, state_dict)
+    view = tensors.view_of(buf)
     try:
         handle = _C.export(view, None if pids is None else list(pids), None, keepalive=buf)
     finally:
@@ -221,4 +184,4 @@ def share_state_dict(state_dict: Mapping[str, torch.Tensor], pids=None, stream: 
     ev = Event(ipc=True, device=handle.device)
     if stream is not None:
         ev.record(stream)
-    return StateDictHandle(handle, entries, ev.ipc_handle, buf, ev)
+    return StateDictHandle(handle, entries, ev.ipc_handle, tensors, buf, ev)

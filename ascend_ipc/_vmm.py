@@ -22,12 +22,16 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from . import _C, _place
+from . import _C
 from ._C import AclError, DeviceArray
 
 __all__ = ["PhysicalMemory", "ShareableHandle", "VirtualRange", "MappedHandle", "granularity", "share_mapped"]
+
+# MappedHandle.open_torch(): ascend_ipc.torch.open_torch, which ascend_ipc/__init__.py sets here (this
+# module knows no torch).
+_open_torch: Optional[Callable[..., Any]] = None
 
 
 def granularity(device: Optional[int] = None, huge1g: bool = False) -> int:
@@ -100,7 +104,7 @@ class PhysicalMemory:
         value = _shareable_number(self.handle, want is not None)
         if want:
             _C._vmm_set_pids(value, want)
-        return ShareableHandle(value, self.size, self.device, os.getpid(), _place.here())
+        return ShareableHandle(value, self.size, self.device, os.getpid(), _C._place_here())
 
     def close(self) -> None:
         """Gives this handle back (aclrtFreePhysical); idempotent."""
@@ -132,10 +136,13 @@ class ShareableHandle:
 
     __slots__ = ("value", "size", "device", "pid", "place")
 
-    def __init__(self, value: int, size: int, device: int, pid: int, place: Optional[_place.Place] = None) -> None:
+    def __init__(self, value: int, size: int, device: int, pid: int,
+                 place: Optional[Tuple[int, int, int]] = None) -> None:
         self.value, self.size, self.device, self.pid = int(value), int(size), int(device), int(pid)
-        # where the exporter runs (None: unknown, e.g. a number from a C program)
-        self.place = None if place is None else (str(place[0]), int(place[1]), int(place[2]))
+        # Where the exporter runs, _C._place_here() there: (host boot, network namespace, PID
+        # namespace) ids, 0 where unknown; None: unknown, e.g. a number from a C program. The
+        # number itself has no room for it, as a key has, so the handle carries it in full.
+        self.place = None if place is None else (int(place[0]), int(place[1]), int(place[2]))
 
     def open(self, device: Optional[int] = None) -> PhysicalMemory:
         """This process's PhysicalMemory over the exporter's (on device, default: the exporter's id)."""
@@ -143,7 +150,8 @@ class ShareableHandle:
         if _C.provider() == "emulated":
             # The emulator's door is a socket of the exporter's network namespace; on NPUs
             # the driver shares across containers, so only the emulator refuses.
-            _place.check(self.place, "aclrtMemImportFromShareableHandle", f"shareable handle 0x{self.value:016x}")
+            _C._place_check(self.place, "aclrtMemImportFromShareableHandle", f"shareable handle 0x{self.value:016x}",
+                            "shareable handle")
         handle = _C._vmm_import(self.value, dev)
         return PhysicalMemory._from_handle(handle, self.size, dev, True)
 
@@ -388,9 +396,9 @@ class MappedHandle:
 
     def open_torch(self, device: Optional[int] = None):
         """open() as a tensor (needs torch)."""
-        from . import torch as aipc_torch
-
-        return aipc_torch._open_mapped(self, device)
+        if _open_torch is None:
+            raise RuntimeError("MappedHandle.open_torch(): import ascend_ipc, which sets up its torch side")
+        return _open_torch(self, device)
 
     def close(self) -> None:
         """Sender side: lets the retained physical memory (and whatever else the handle kept) go."""

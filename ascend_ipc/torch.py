@@ -32,12 +32,13 @@ import contextlib
 import functools
 import threading
 import weakref
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import torch
 
-from . import _C, _vmm
+from . import _C, _state_dict, _vmm
 from ._C import DeviceArray, IpcHandle, Stream
+from ._state_dict import StateDictHandle
 
 __all__ = [
     "empty", "zeros", "from_tensor", "share", "open_torch", "is_shared", "install", "installed", "stream",
@@ -379,10 +380,6 @@ def open_torch(handle: IpcHandle, device: Optional[int] = None) -> torch.Tensor:
     return _wrap(array, dtype)
 
 
-# IpcHandle.open_torch() (a C method) calls this.
-_open_torch = open_torch
-
-
 # --------------------------------------------------------------------------- torch.multiprocessing
 
 _install_lock = threading.Lock()
@@ -506,7 +503,89 @@ def installed() -> bool:
     return bool(_fallbacks)
 
 
-from ._state_dict import StateDictHandle, share_state_dict  # noqa: E402  (needs the functions above)
+# --------------------------------------------------------------------------- state dicts (SPEC 3.2)
+
+
+def share_state_dict(state_dict: Mapping[str, torch.Tensor], pids: Optional[Iterable[int]] = None,
+                     stream: Optional[Stream] = None, device: Optional[int] = None) -> StateDictHandle:
+    """Packs state_dict into one buffer of exportable device memory (one pass) and exports it
+    once. pids as in ascend_ipc.export(); stream: see StateDictHandle.update()."""
+    return _state_dict.share(state_dict, pids, stream, device, _STATE_DICT_TENSORS)
+
+
+def _rebuild_state_dict(handle: IpcHandle, plain: list, event: bytes) -> StateDictHandle:
+    """Unpickling of a StateDictHandle (module level, so that a receiver finds it)."""
+    return _state_dict.rebuild(handle, plain, event, _STATE_DICT_TENSORS)
+
+
+def _typed(buf: torch.Tensor, entries: list) -> dict:
+    """The buffer viewed once per dtype (every offset is a multiple of ALIGN, so of every itemsize)."""
+    return {dt: buf.view(dt) for dt in {e.dtype for e in entries}}
+
+
+def _tensor_at(typed: dict, e: Any) -> torch.Tensor:
+    # one torch call per tensor: a thousand-tensor dict opens in milliseconds
+    base = typed[e.dtype]
+    return base.as_strided(e.shape, _state_dict.contiguous_strides(e.shape), e.offset // base.element_size())
+
+
+class _StateDictTensors:
+    """What a StateDictHandle does with torch tensors (ascend_ipc._state_dict knows no torch)."""
+
+    rebuild = staticmethod(_rebuild_state_dict)
+
+    @staticmethod
+    def describe(name: str, t: Any) -> tuple:
+        """(dtype, its name, shape, bytes, is a Parameter, requires_grad) of a tensor to pack."""
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"state dict entry {name!r} is a {type(t).__name__}, not a torch.Tensor")
+        if t.is_sparse or t.layout != torch.strided:
+            raise TypeError(f"state dict entry {name!r}: only strided tensors can be shared ({t.layout})")
+        return (t.dtype, _dtype_name(t.dtype), tuple(t.shape), t.numel() * t.element_size(),
+                isinstance(t, torch.nn.Parameter), bool(t.requires_grad))
+
+    @staticmethod
+    def dtype(name: str, dtype_name: str) -> torch.dtype:
+        dt = getattr(torch, dtype_name, None)
+        if not isinstance(dt, torch.dtype):
+            raise TypeError(f"state dict entry {name!r} has dtype {dtype_name!r}, which this torch does not have")
+        return dt
+
+    @staticmethod
+    def buffer(nbytes: int, device: Optional[int]) -> torch.Tensor:
+        return empty((nbytes,), torch.uint8, device)
+
+    @staticmethod
+    def view_of(buf: torch.Tensor) -> Optional[DeviceArray]:
+        return _view_of(buf)
+
+    @staticmethod
+    def matches(t: Any, e: Any) -> bool:
+        return isinstance(t, torch.Tensor) and t.dtype == e.dtype and tuple(t.shape) == e.shape
+
+    @staticmethod
+    def copy_in(buf: torch.Tensor, entries: list, state_dict: Any) -> None:
+        typed = _typed(buf, entries)
+        with torch.no_grad():
+            for e in entries:
+                _tensor_at(typed, e).copy_(state_dict[e.name])
+
+    @staticmethod
+    def open(handle: IpcHandle, entries: list, device: Optional[int]) -> dict:
+        """The zero-copy views of the opened buffer, one per entry."""
+        typed = _typed(open_torch(handle, device), entries)
+        out = {}
+        for e in entries:
+            t = _tensor_at(typed, e)
+            if e.parameter:
+                t = torch.nn.Parameter(t, requires_grad=e.requires_grad)
+            elif e.requires_grad:
+                t.requires_grad_(True)
+            out[e.name] = t
+        return out
+
+
+_STATE_DICT_TENSORS = _StateDictTensors()
 
 # Using ascend_ipc.torch is enough: a process that makes tensors here (a DataLoader worker
 # started with spawn or forkserver, which runs no code of the parent's) sends them zero-copy.

@@ -53,7 +53,7 @@ typedef struct cann_state {
   size_t n_missing;
   char version[VERSION_MAX];
   const char *version_source;
-  aipc_cann_info info;
+  aipc_provider_report report;
   pthread_mutex_t init_mutex;
   int init_done;
   aclError init_rc;
@@ -100,6 +100,7 @@ static const char *cann_recent_err_msg(void) {
 /* ---- missing calls ------------------------------------------------------- */
 
 static const char *cann_version(void);
+static const aipc_provider_report *cann_report(void);
 
 static aclError missing_call(const char *symbol, const char *since) {
   return aipc__fail(ACL_ERROR_FEATURE_UNSUPPORTED,
@@ -211,6 +212,7 @@ static int fill_table(void *handle, char *why, size_t whylen) {
   table.init = cann_init;
   table.get_recent_err_msg = cann_recent_err_msg;
   table.ipc_get_attr = NULL; /* CANN has no call to read an attribute back */
+  table.report = cann_report;
   return 0;
 }
 
@@ -296,11 +298,9 @@ static void do_load(void) {
     table.library_path = st->lib_path;
     table.host_visible = dlpack_mode_cpu();
     table.dlpack_device_type = table.host_visible ? AIPC_DLPACK_DEVICE_CPU : AIPC_DLPACK_DEVICE_EXT;
-    st->info.library_path = st->lib_path;
-    st->info.n_missing = st->n_missing;
-    st->info.missing = st->missing_names;
-    st->info.missing_since = st->missing_since;
-    st->info.dlpack_device_type = table.dlpack_device_type;
+    st->report.n_missing = st->n_missing;
+    st->report.missing = st->missing_names;
+    st->report.missing_since = st->missing_since;
     loaded = &table;
     return;
   }
@@ -384,8 +384,8 @@ static void do_version(void) {
 
 static void do_version_once(void) {
   do_version();
-  self()->info.version = self()->version;
-  self()->info.version_source = self()->version_source;
+  self()->report.version = self()->version;
+  self()->report.version_source = self()->version_source;
 }
 
 static const char *cann_version(void) {
@@ -393,8 +393,7 @@ static const char *cann_version(void) {
   return self()->version;
 }
 
-const aipc_cann_info *aipc__cann_info(void) {
-  if (loaded == NULL) return NULL;
-  (void)cann_version(); /* fills info.version once */
-  return &self()->info;
+static const aipc_provider_report *cann_report(void) {
+  (void)cann_version(); /* fills report.version once */
+  return &self()->report;
 }

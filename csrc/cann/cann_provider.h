@@ -34,17 +34,6 @@
  *                    own libascendcl_emu.so, never for a real NPU). */
 #define AIPC_CANN_DLPACK_ENV "ASCEND_IPC_CANN_DLPACK"
 
-/* What the provider loaded and what it lacks; see aipc__cann_info(). */
-typedef struct aipc_cann_info {
-  const char *library_path;       /* the library's file, resolved */
-  const char *version;            /* CANN version as the library reports it, or "unknown" */
-  const char *version_source;     /* the call that reported it, or NULL */
-  size_t n_missing;               /* calls this library does not export */
-  const char *const *missing;     /* their names */
-  const char *const *missing_since; /* the CANN version that introduced each */
-  int dlpack_device_type;         /* AIPC_DLPACK_DEVICE_* */
-} aipc_cann_info;
-
 /*
  * Checks ASCEND_IPC_CANN_DLPACK. 0 if it is unset or valid; -1 with a
  * message in err otherwise.
@@ -57,12 +46,10 @@ int aipc__cann_check_env(char *err, size_t errlen);
  * that lists every path tried and the loader's error for it. Thread-safe.
  * Does not call aclInit: the table's init entry does, once per process
  * (a second aclInit's ACL_ERROR_REPEAT_INITIALIZE counts as success).
+ * The table's report entry gives the library's version (queried on first
+ * use, after aclInit if init ran) and the calls it lacks.
  */
 const aipc_provider *aipc__cann_provider_load(char *err, size_t errlen);
-
-/* The loaded library's description, or NULL before a successful load.
- * Queries the version on first use (after aclInit, if init ran). */
-const aipc_cann_info *aipc__cann_info(void);
 
 /* ACL_ERROR_REPEAT_INITIALIZE: a second aclInit in one process. */
 #define AIPC_CANN_ERROR_REPEAT_INITIALIZE 100002

@@ -13,12 +13,23 @@
 #ifndef ASCEND_IPC_CORE_PROVIDER_H_
 #define ASCEND_IPC_CORE_PROVIDER_H_
 
+#include <stddef.h>
+
 #include "acl/acl.h"
 #include "core/calls.h"
 
 /* DLPack device types the providers report (values of the DLPack ABI). */
 #define AIPC_DLPACK_DEVICE_CPU 1
 #define AIPC_DLPACK_DEVICE_EXT 12
+
+/* What a runtime loaded from a library says of itself, beyond the table. */
+typedef struct aipc_provider_report {
+  const char *version;              /* as the runtime reports it, or "unknown" */
+  const char *version_source;       /* the call that reported it, or NULL */
+  size_t n_missing;                 /* calls the runtime does not have */
+  const char *const *missing;       /* their names */
+  const char *const *missing_since; /* the CANN version that introduced each */
+} aipc_provider_report;
 
 typedef struct aipc_provider {
   const char *name;          /* "emulated", "cann" */
@@ -34,6 +45,11 @@ typedef struct aipc_provider {
   /* Not in CANN: reads back an attribute of a key this process exported or
    * imported (ACCESS_LINK). NULL where the runtime cannot tell. */
   aclError (*ipc_get_attr)(const char *key, aclrtIpcMemAttrType type, uint64_t *attr);
+
+  /* What the runtime says of itself (its version, the calls it lacks); the
+   * first call may ask the runtime. NULL where there is nothing to say (the
+   * emulator is this project's own). */
+  const aipc_provider_report *(*report)(void);
 
   void *private_data;
 } aipc_provider;

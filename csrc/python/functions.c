@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "allocation.h"
-#include "cann/cann_provider.h"
 #include "devicearray.h"
 #include "dtype.h"
 #include "ipchandle.h"
@@ -36,13 +35,13 @@ static PyObject *str_or_none(const char *s) {
 
 static PyObject *fn_provider_info(PyObject *module, PyObject *unused) {
   const aipc_provider *p = state(module)->provider;
-  const aipc_cann_info *ci = strcmp(p->name, "cann") == 0 ? aipc__cann_info() : NULL;
+  const aipc_provider_report *report = p->report != NULL ? p->report() : NULL;
   PyObject *d = PyDict_New(), *missing = NULL;
   if (d == NULL) return NULL;
   if (dict_set_steal(d, "name", PyUnicode_FromString(p->name)) < 0 ||
       dict_set_steal(d, "library", str_or_none(p->library_path)) < 0 ||
-      dict_set_steal(d, "version", str_or_none(ci != NULL ? ci->version : NULL)) < 0 ||
-      dict_set_steal(d, "version_source", str_or_none(ci != NULL ? ci->version_source : NULL)) < 0 ||
+      dict_set_steal(d, "version", str_or_none(report != NULL ? report->version : NULL)) < 0 ||
+      dict_set_steal(d, "version_source", str_or_none(report != NULL ? report->version_source : NULL)) < 0 ||
       dict_set_steal(d, "dlpack_device_type", PyLong_FromLong(p->dlpack_device_type)) < 0 ||
       dict_set_steal(d, "host_visible", PyBool_FromLong(p->host_visible)) < 0 ||
       dict_set_steal(d, "selection", str_or_none(aipc_py_selection_note())) < 0) {
@@ -50,8 +49,8 @@ static PyObject *fn_provider_info(PyObject *module, PyObject *unused) {
   }
   missing = PyDict_New();
   if (missing == NULL) goto fail;
-  for (size_t i = 0; ci != NULL && i < ci->n_missing; i++) {
-    if (dict_set_steal(missing, ci->missing[i], PyUnicode_FromString(ci->missing_since[i])) < 0) goto fail;
+  for (size_t i = 0; report != NULL && i < report->n_missing; i++) {
+    if (dict_set_steal(missing, report->missing[i], PyUnicode_FromString(report->missing_since[i])) < 0) goto fail;
   }
   if (dict_set_steal(d, "unsupported", missing) < 0) {
     missing = NULL;
@@ -582,6 +581,28 @@ done:
   return result;
 }
 
+/* ---- callbacks ---------------------------------------------------------------- */
+
+/* _register_callbacks(*, hold, release, open_torch): see aipc_py_state. */
+static PyObject *fn_register_callbacks(PyObject *module, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"hold", "release", "open_torch", NULL};
+  aipc_py_state *st = aipc_py_state_of_module(module);
+  PyObject *fns[3] = {NULL, NULL, NULL};
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOO:_register_callbacks", kwlist, &fns[0], &fns[1], &fns[2]))
+    return NULL;
+  for (int i = 0; i < 3; i++) {
+    if (fns[i] == NULL || !PyCallable_Check(fns[i])) {
+      PyErr_Format(PyExc_TypeError, "_register_callbacks() needs a callable %s", kwlist[i]);
+      return NULL;
+    }
+  }
+  Py_XSETREF(st->hold, Py_NewRef(fns[0]));
+  Py_XSETREF(st->release, Py_NewRef(fns[1]));
+  Py_XSETREF(st->open_torch, Py_NewRef(fns[2]));
+  Py_RETURN_NONE;
+}
+
 /* ---- the method table ------------------------------------------------------ */
 
 /* Each docstring starts with a text signature ("name($module, ...)\n--\n\n"),
@@ -653,6 +674,12 @@ PyMethodDef aipc_py_module_functions[] = {
      "_view_at($module, /, address, shape, strides, dtype)\n--\n\n"
      "The DeviceArray over the live device memory of this process that holds that\n"
      "view, or None (internal)."},
+    {"_register_callbacks", (PyCFunction)(void (*)(void))fn_register_callbacks, METH_VARARGS | METH_KEYWORDS,
+     "_register_callbacks($module, /, *, hold, release, open_torch)\n--\n\n"
+     "What the extension calls back into the package with (ascend_ipc/__init__.py hands\n"
+     "them over once; the extension never imports the package): put and drop's\n"
+     "hold(handle, one_receiver) and release(address, token), and\n"
+     "open_torch(handle, *args, **kwargs) behind IpcHandle.open_torch()."},
     {"_live_allocations", fn_live_allocations, METH_NOARGS,
      "_live_allocations($module, /)\n--\n\n"
      "The live allocations of this process: a list of (base, size, device, kind)\n"

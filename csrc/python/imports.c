@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hashmap.h"
+
 typedef struct key_entry key_entry;
 
 struct aipc_py_import {
@@ -15,7 +17,7 @@ struct aipc_py_import {
 };
 
 struct key_entry {
-  key_entry *chain; /* the bucket's next entry */
+  key_entry *chain; /* the next entry whose key has the same 128-bit hash */
   char key[AIPC_PY_KEY_LEN];
   aipc_py_import *oldest, *youngest;
   int busy;             /* an import or close of this key is at the runtime */
@@ -23,22 +25,25 @@ struct key_entry {
 };
 
 /* One lock for the table; each key's runtime calls are kept apart by its
- * busy flag, waited for on `idle`, so the lock is never held across a call. */
+ * busy flag, waited for on `idle`, so the lock is never held across a call.
+ * The table maps a 128-bit hash of each key to its entries (a chain, in the
+ * unlikely case that two keys share a hash). */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_idle = PTHREAD_COND_INITIALIZER;
-static key_entry **g_buckets;
-static size_t g_nbuckets; /* a power of two, or 0 */
-static size_t g_count;
+static aipc__hmap g_keys = AIPC__HMAP_INIT;
 
-static size_t hash_key(const char *key) {
-  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-  for (; *key; key++) h = (h ^ (unsigned char)*key) * 1099511628211ULL;
-  return (size_t)(h ^ (h >> 32));
+static aipc__hkey hash_key(const char *key) {
+  uint64_t a = 1469598103934665603ULL, b = 0x6c62272e07bb0142ULL; /* FNV-1a, two offset bases */
+  for (; *key; key++) {
+    a = (a ^ (unsigned char)*key) * 1099511628211ULL;
+    b = (b ^ (unsigned char)*key) * 0x100000001b3ULL;
+    b ^= b >> 29;
+  }
+  return (aipc__hkey){a, b};
 }
 
 static key_entry *lookup(const char *key) {
-  if (g_nbuckets == 0) return NULL;
-  for (key_entry *e = g_buckets[hash_key(key) & (g_nbuckets - 1)]; e; e = e->chain) {
+  for (key_entry *e = aipc__hmap_get(&g_keys, hash_key(key)); e; e = e->chain) {
     if (strcmp(e->key, key) == 0) return e;
   }
   return NULL;
@@ -46,37 +51,32 @@ static key_entry *lookup(const char *key) {
 
 /* A new entry for key, or NULL when memory ran out. */
 static key_entry *insert(const char *key) {
-  if (g_count >= g_nbuckets) {
-    size_t n = g_nbuckets ? g_nbuckets * 2 : 64;
-    key_entry **b = calloc(n, sizeof *b);
-    if (b == NULL) return NULL;
-    for (size_t i = 0; i < g_nbuckets; i++) {
-      for (key_entry *e = g_buckets[i], *next; e; e = next) {
-        next = e->chain;
-        size_t at = hash_key(e->key) & (n - 1);
-        e->chain = b[at];
-        b[at] = e;
-      }
-    }
-    free(g_buckets);
-    g_buckets = b;
-    g_nbuckets = n;
-  }
   key_entry *e = calloc(1, sizeof *e);
   if (e == NULL) return NULL;
   snprintf(e->key, sizeof e->key, "%s", key);
-  size_t at = hash_key(key) & (g_nbuckets - 1);
-  e->chain = g_buckets[at];
-  g_buckets[at] = e;
-  g_count++;
+  aipc__hkey h = hash_key(key);
+  e->chain = aipc__hmap_get(&g_keys, h);
+  if (aipc__hmap_put(&g_keys, h, e) < 0) {
+    free(e);
+    return NULL;
+  }
   return e;
 }
 
 static void remove_entry(key_entry *e) {
-  key_entry **at = &g_buckets[hash_key(e->key) & (g_nbuckets - 1)];
-  while (*at != e) at = &(*at)->chain;
-  *at = e->chain;
-  g_count--;
+  aipc__hkey h = hash_key(e->key);
+  key_entry *head = aipc__hmap_get(&g_keys, h);
+  if (head == e) {
+    if (e->chain != NULL) {
+      (void)aipc__hmap_put(&g_keys, h, e->chain); /* replaces: cannot fail */
+    } else {
+      (void)aipc__hmap_remove(&g_keys, h);
+    }
+  } else {
+    key_entry *at = head;
+    while (at->chain != e) at = at->chain;
+    at->chain = e->chain;
+  }
   free(e);
 }
 
@@ -117,8 +117,10 @@ static void atfork_parent(void) { pthread_mutex_unlock(&g_lock); }
 /* The child's runtime starts with no imports; so does its table. Only the
  * forking thread lives on, so nothing else holds a claim. */
 static void atfork_child(void) {
-  for (size_t i = 0; i < g_nbuckets; i++) {
-    for (key_entry *e = g_buckets[i], *next; e; e = next) {
+  aipc__hkey h;
+  void *v;
+  for (size_t i = 0; aipc__hmap_next(&g_keys, &i, &h, &v);) {
+    for (key_entry *e = v, *next; e; e = next) {
       next = e->chain;
       for (aipc_py_import *r = e->oldest, *rn; r; r = rn) {
         rn = r->next;
@@ -127,9 +129,7 @@ static void atfork_child(void) {
       free(e);
     }
   }
-  free(g_buckets);
-  g_buckets = NULL;
-  g_nbuckets = g_count = 0;
+  aipc__hmap_clear(&g_keys);
   pthread_mutex_init(&g_lock, NULL);
   pthread_cond_init(&g_idle, NULL);
 }

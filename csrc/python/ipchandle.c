@@ -214,19 +214,7 @@ void aipc_py_close_key(const aipc_provider *p, aipc_py_failure *f, int32_t devic
   (void)aipc_py_note(p, f, AIPC_CALL_NAME(ipc_close), p->ipc_close(key));
 }
 
-/* ---- put and drop (ascend_ipc/_handoff.py) ---------------------------------- */
-
-/* Calls ascend_ipc._handoff.<fn>(*args); a new reference, or NULL with an exception. */
-static PyObject *handoff_call(const char *fn, PyObject *args) {
-  PyObject *mod = PyImport_ImportModule("ascend_ipc._handoff");
-  if (mod == NULL) return NULL;
-  PyObject *f = PyObject_GetAttrString(mod, fn);
-  Py_DECREF(mod);
-  if (f == NULL) return NULL;
-  PyObject *r = PyObject_CallObject(f, args);
-  Py_DECREF(f);
-  return r;
-}
+/* ---- put and drop (ascend_ipc/_handoff.py, through the registered callbacks) ---- */
 
 /* Gives the sender its hold back (once); never raises, keeps any pending exception. */
 static void release_hold(aipc_py_handle *h) {
@@ -235,7 +223,8 @@ static void release_hold(aipc_py_handle *h) {
   h->hold = NULL;
   PyObject *exc_type, *exc_value, *exc_tb;
   PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-  PyObject *r = handoff_call("release", hold);
+  PyObject *release = aipc_py_callback(aipc_py_state_of(Py_TYPE(h))->release, "release");
+  PyObject *r = release != NULL ? PyObject_Call(release, hold, NULL) : NULL;
   if (r == NULL) PyErr_WriteUnraisable(hold);
   Py_XDECREF(r);
   Py_DECREF(hold);
@@ -330,21 +319,15 @@ static PyObject *handle_open(PyObject *op, PyObject *args, PyObject *kwargs) {
 }
 
 static PyObject *handle_open_torch(PyObject *op, PyObject *args, PyObject *kwargs) {
-  PyObject *mod = PyImport_ImportModule("ascend_ipc.torch");
-  if (mod == NULL) return NULL;
-  PyObject *fn = PyObject_GetAttrString(mod, "_open_torch");
-  Py_DECREF(mod);
+  PyObject *fn = aipc_py_callback(aipc_py_state_of(Py_TYPE(op))->open_torch, "open_torch");
   if (fn == NULL) return NULL;
-  PyObject *full = NULL, *result = NULL;
-  Py_ssize_t n = args ? PyTuple_GET_SIZE(args) : 0;
-  full = PyTuple_New(n + 1);
-  if (full != NULL) {
-    PyTuple_SET_ITEM(full, 0, Py_NewRef(op));
-    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(full, i + 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
-    result = PyObject_Call(fn, full, kwargs);
-    Py_DECREF(full);
-  }
-  Py_DECREF(fn);
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  PyObject *full = PyTuple_New(n + 1), *result = NULL;
+  if (full == NULL) return NULL;
+  PyTuple_SET_ITEM(full, 0, Py_NewRef(op));
+  for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(full, i + 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+  result = PyObject_Call(fn, full, kwargs);
+  Py_DECREF(full);
   return result;
 }
 
@@ -450,9 +433,8 @@ static PyObject *reduce_impl(PyObject *op, int one_receiver) {
   if (check_open(SELF) < 0) return NULL;
   PyObject *hold;
   if (is_exporter(SELF)) {
-    PyObject *args = Py_BuildValue("(OO)", op, one_receiver ? Py_True : Py_False);
-    hold = args ? handoff_call("hold", args) : NULL;
-    Py_XDECREF(args);
+    PyObject *fn = aipc_py_callback(aipc_py_state_of(Py_TYPE(op))->hold, "hold");
+    hold = fn != NULL ? PyObject_CallFunctionObjArgs(fn, op, one_receiver ? Py_True : Py_False, NULL) : NULL;
     if (hold == NULL) return NULL;
   } else {
     hold = Py_NewRef(SELF->hold ? SELF->hold : Py_None);

@@ -49,6 +49,9 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg) {
   Py_VISIT(st->stream_type);
   Py_VISIT(st->event_type);
   Py_VISIT(st->acl_error);
+  Py_VISIT(st->hold);
+  Py_VISIT(st->release);
+  Py_VISIT(st->open_torch);
   return 0;
 }
 
@@ -60,7 +63,20 @@ static int module_clear(PyObject *module) {
   Py_CLEAR(st->stream_type);
   Py_CLEAR(st->event_type);
   Py_CLEAR(st->acl_error);
+  Py_CLEAR(st->hold);
+  Py_CLEAR(st->release);
+  Py_CLEAR(st->open_torch);
   return 0;
+}
+
+PyObject *aipc_py_callback(PyObject *fn, const char *name) {
+  if (fn == NULL) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "ascend_ipc._C: no %s callback is registered (ascend_ipc/__init__.py registers them: "
+                 "import ascend_ipc, not its extension alone)",
+                 name);
+  }
+  return fn;
 }
 
 static void module_free(void *module) {

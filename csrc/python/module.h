@@ -6,7 +6,9 @@
  * module works in subinterpreters and can be imported more than once.
  *
  * The runtime is reached only through the provider table chosen once at module
- * exec (provider_select.c); nothing here calls the emulator directly.
+ * exec (provider_select.c); nothing here calls the emulator directly (vmm.c's
+ * place check uses the IPC layer's emu/ipc/identity.h, which reads /proc and
+ * is no runtime call).
  */
 #ifndef ASCEND_IPC_PYTHON_MODULE_H_
 #define ASCEND_IPC_PYTHON_MODULE_H_
@@ -52,6 +54,16 @@ typedef struct aipc_py_state {
   PyTypeObject *stream_type;
   PyTypeObject *event_type;
   PyObject *acl_error;
+  /* What the extension calls back into the package with, handed over by
+   * ascend_ipc/__init__.py through _register_callbacks() (the extension
+   * never imports the package); NULL until then:
+   *   hold(handle, one_receiver) -> (address, token) or None: put and drop
+   *     keeps an exporter's handle alive for a pickled copy;
+   *   release(address, token): a copy was opened or dropped;
+   *   open_torch(handle, *args, **kwargs): IpcHandle.open_torch(). */
+  PyObject *hold;
+  PyObject *release;
+  PyObject *open_torch;
   const aipc_provider *provider;
   aipc_py_registry registry;
 } aipc_py_state;
@@ -67,6 +79,10 @@ static inline aipc_py_state *aipc_py_state_of(PyTypeObject *tp) {
 static inline aipc_py_state *aipc_py_state_of_module(PyObject *module) {
   return (aipc_py_state *)PyModule_GetState(module);
 }
+
+/* The callback registered as name (one of the state's callbacks above), a
+ * borrowed reference; NULL with RuntimeError set when none is. */
+PyObject *aipc_py_callback(PyObject *fn, const char *name);
 
 /* ---- failures of runtime calls (errors.c) -------------------------------
  *

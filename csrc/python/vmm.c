@@ -4,10 +4,16 @@
  * (handles and addresses as ints), AclError on failure. The Python layer
  * (ascend_ipc/_vmm.py) owns lifetimes; an import, which waits on another
  * process, runs with the GIL released.
+ *
+ * And the place check of what a shareable handle carries (its exporter's
+ * host and namespaces): the IPC layer's own (emu/ipc/identity.h), with its
+ * messages; it reads /proc and calls no runtime.
  */
 #include "ipchandle.h"
 #include "module.h"
 #include "vmm.h"
+
+#include "emu/ipc/identity.h"
 
 static aclrtPhysicalMemProp device_prop(int32_t device, int huge1g) {
   aclrtPhysicalMemProp prop;
@@ -253,7 +259,39 @@ static PyObject *fn_import(PyObject *module, PyObject *args) {
   return checked(st, &f, PyLong_FromVoidPtr(a.handle));
 }
 
+/* ---- places ------------------------------------------------------------- */
+
+static PyObject *fn_place_here(PyObject *module, PyObject *unused) {
+  aipc__place_full here = aipc__place_full_here();
+  return Py_BuildValue("(KKK)", (unsigned long long)here.host, (unsigned long long)here.net,
+                       (unsigned long long)here.pid);
+}
+
+static PyObject *fn_place_check(PyObject *module, PyObject *args) {
+  aipc_py_state *st = aipc_py_state_of_module(module);
+  PyObject *place;
+  const char *call, *who, *noun;
+  unsigned long long host, net, pid;
+  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+
+  if (!PyArg_ParseTuple(args, "Osss:_place_check", &place, &call, &who, &noun)) return NULL;
+  if (place == Py_None) Py_RETURN_NONE; /* unknown: no evidence */
+  if (!PyArg_ParseTuple(place, "KKK;place must be None or (host, net, pid)", &host, &net, &pid)) return NULL;
+  aipc__place_full theirs = {host, net, pid};
+  if (!aipc__place_full_elsewhere(theirs, noun, call, who, f.message, sizeof f.message)) Py_RETURN_NONE;
+  f.code = ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+  f.call = call;
+  return aipc_py_raise(st, &f);
+}
+
 PyMethodDef aipc_py_vmm_functions[] = {
+    {"_place_here", fn_place_here, METH_NOARGS,
+     "_place_here($module, /)\n--\n\nWhere this process runs: (host boot, network namespace, PID namespace) ids, 0 "
+     "where unknown."},
+    {"_place_check", fn_place_check, METH_VARARGS,
+     "_place_check($module, place, call, who, noun, /)\n--\n\nNone when place (a _place_here() of the process that "
+     "issued it, or None: unknown)\nis here as far as known; else AclError 207000 (ACL_ERROR_RT_FEATURE_NOT_SUPPORT) "
+     "from call,\nsaying which part differs and what to do, as an import of a key from there says."},
     {"_vmm_granularity", fn_granularity, METH_VARARGS,
      "_vmm_granularity($module, device, huge1g, /)\n--\n\nThe minimum granularity in bytes of device memory (1 GiB pages with huge1g)."},
     {"_vmm_malloc", fn_malloc, METH_VARARGS,

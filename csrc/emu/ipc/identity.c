@@ -68,35 +68,52 @@ uint32_t aipc__place_here(void) {
          fold(aipc__os_pid_namespace(), 10);
 }
 
-static bool part_differs(uint32_t a, uint32_t b) { return a != 0 && b != 0 && a != b; }
+static bool part_differs(uint64_t a, uint64_t b) { return a != 0 && b != 0 && a != b; }
 
-/* A sentence in buf naming the known part of place theirs that is not where
- * this process is now, and what to do; NULL when none differs. */
-static const char *place_differs(uint32_t theirs, char *buf, size_t cap) {
-  uint32_t here = aipc__place_here();
-  if (part_differs(PLACE_HOST(theirs), PLACE_HOST(here)))
+/* A place of 32 bits, in parts. */
+static aipc__place_full unpack(uint32_t p) { return (aipc__place_full){PLACE_HOST(p), PLACE_NET(p), PLACE_PID(p)}; }
+
+aipc__place_full aipc__place_full_here(void) {
+  return (aipc__place_full){aipc__os_host_boot(), aipc__os_net_namespace(), aipc__os_pid_namespace()};
+}
+
+/* Writes to buf "call: who cannot be reached from here: " and a sentence
+ * naming the known part of theirs that is not here, and what to do; false
+ * (buf untouched) when none differs. */
+static bool place_differs(aipc__place_full theirs, aipc__place_full here, const char *noun, const char *call,
+                          const char *who, char *buf, size_t cap) {
+  if (part_differs(theirs.host, here.host))
     snprintf(buf, cap,
-             "the key was issued on another host (or before this host last booted): keys are imported on the "
-             "exporter's host only");
-  else if (part_differs(PLACE_NET(theirs), PLACE_NET(here)))
+             "%s: %s cannot be reached from here: the %s was issued on another host (or before this host last "
+             "booted): %ss are imported on the exporter's host only",
+             call, who, noun, noun);
+  else if (part_differs(theirs.net, here.net))
     snprintf(buf, cap,
-             "the key was issued in another network namespace (another container?), and an exporter is "
-             "reachable only from its own: run importers in the exporter's network namespace (for example "
-             "docker --network container:<exporter>, or one Kubernetes pod)");
-  else if (part_differs(PLACE_PID(theirs), PLACE_PID(here)))
+             "%s: %s cannot be reached from here: the %s was issued in another network namespace (another "
+             "container?), and an exporter is reachable only from its own: run importers in the exporter's "
+             "network namespace (for example docker --network container:<exporter>, or one Kubernetes pod)",
+             call, who, noun);
+  else if (part_differs(theirs.pid, here.pid))
     snprintf(buf, cap,
-             "the key was issued in another PID namespace, where its pid names another process than here: run "
-             "importers in the exporter's PID namespace (for example docker --pid container:<exporter> or "
-             "--pid host, or shareProcessNamespace in a Kubernetes pod)");
+             "%s: %s cannot be reached from here: the %s was issued in another PID namespace, where its pid "
+             "names another process than here: run importers in the exporter's PID namespace (for example "
+             "docker --pid container:<exporter> or --pid host, or shareProcessNamespace in a Kubernetes pod)",
+             call, who, noun);
   else
-    return NULL;
-  return buf;
+    return false;
+  return true;
+}
+
+bool aipc__place_full_elsewhere(aipc__place_full theirs, const char *noun, const char *call, const char *who,
+                                char *buf, size_t cap) {
+  return place_differs(theirs, aipc__place_full_here(), noun, call, who, buf, cap);
 }
 
 aclError aipc__place_elsewhere(const char *call, const char *who, uint32_t theirs) {
-  char why[400];
-  if (!place_differs(theirs, why, sizeof why)) return ACL_SUCCESS;
-  return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "%s: %s cannot be reached from here: %s", call, who, why);
+  char message[640];
+  if (!place_differs(unpack(theirs), unpack(aipc__place_here()), "key", call, who, message, sizeof message))
+    return ACL_SUCCESS;
+  return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "%s", message);
 }
 
 aclError aipc__place_check(const char *call, const char *who, uint32_t theirs) {

@@ -41,6 +41,23 @@ aclError aipc__place_elsewhere(const char *call, const char *who, uint32_t their
  * ACL_ERROR_INVALID_PARAM when nothing known differs yet the places are not
  * equal (a damaged or forged key: a key has one spelling). */
 aclError aipc__place_check(const char *call, const char *who, uint32_t theirs);
+/*
+ * A place in full, for what has room to carry it (in Python a
+ * ShareableHandle carries its exporter's: the shareable handle itself is a
+ * bare 64-bit number): the 64-bit id of each part, 0 when unknown.
+ */
+typedef struct aipc__place_full {
+  uint64_t host, net, pid;
+} aipc__place_full;
+
+aipc__place_full aipc__place_full_here(void);
+/* When a known part of place theirs is not where this process is now:
+ * writes "call: who cannot be reached from here: " and which part differs
+ * and what to do to buf, the words of aipc__place_elsewhere's message, with
+ * noun naming what was issued there ("key", "shareable handle"), and
+ * returns true; else false (the same, or unknown). */
+bool aipc__place_full_elsewhere(aipc__place_full theirs, const char *noun, const char *call, const char *who,
+                                char *buf, size_t cap);
 /* Whether (pid, nonce) names this process. False before it has a name. */
 bool aipc__self_is(uint32_t pid, uint64_t nonce);
 /* Writes the abstract socket address of the exporter (pid, nonce) to sun
