@@ -1,6 +1,6 @@
 /*
  * Fuzz target: the exporter's handling of what importers send it
- * (csrc/emu/ipc/exporter.c, driven through its test seams in exporter.h;
+ * (csrc/emu/ipc/exporter_request.c, driven through its test seams in exporter.h;
  * the whole emulator is linked in as a static library).
  *
  * Setup, once: four live exports (two devices; whitelist on and off), then
@@ -156,7 +156,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
-/* The exporter's books balance (exporter.c: audit). */
+/* The exporter's books balance (aipc__exporter_audit). */
 static void fz_check_books(void) {
   const char *why = aipc__exporter_audit();
   if (why) fprintf(stderr, "fuzz_server: the exporter's books: %s\n", why);

@@ -1,10 +1,11 @@
 /*
- * The exporter side of the IPC layer (exporter.c): this process's exports,
+ * The exporter side of the IPC layer (exporter*.c): this process's exports,
  * and the server thread that answers importers on its abstract Unix socket.
  * Its state (exports, connections, references, release ledgers, grants) is
- * private to exporter.c and guarded by one lock of its own, taken inside
- * each function below and never held across a wait on a peer; lock order:
- * exporter lock -> memory lock. Design: docs/design-ipc.md.
+ * private to those files (exporter_internal.h says which owns what) and
+ * guarded by one lock of its own, taken inside each function below and
+ * never held across a wait on a peer; lock order: exporter lock -> memory
+ * lock. Design: docs/design-ipc.md.
  *
  * The entry points (ipc.c) check their arguments and parse keys; every
  * function here takes a parsed key, records a message on failure (naming

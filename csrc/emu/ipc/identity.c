@@ -137,7 +137,7 @@ unsigned aipc__self_sockaddr(void *out, uint32_t pid, uint64_t nonce) {
   sa->sun_family = AF_UNIX;
   /* Abstract namespace: no file to clean up, gone with the last descriptor. */
   /* nonce 0 (never a process's nonce): pid is then the number of a door of
-   * shareable handles (exporter.c). */
+   * shareable handles (exporter_server.c). */
   int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "ascend_ipc.%u.%016llx", pid,
                    (unsigned long long)nonce);
   return (unsigned)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);

@@ -1,9 +1,11 @@
 /*
- * The importer side of the IPC layer (importer.c): one persistent
- * connection per exporter process, and this process's imports and their
- * mappings. Its state is private to importer.c, guarded by a lock of its
- * own (and a lock per connection), none held across a wait on a peer; lock
- * order: importer lock -> memory lock. Design: docs/design-ipc.md.
+ * The importer side of the IPC layer (importer.c, importer_conn.c): one
+ * persistent connection per exporter process, and this process's imports
+ * and their mappings. Its state is private to those files
+ * (importer_internal.h), guarded by a lock of its own (and a lock per
+ * connection), none held across a wait on a peer; lock order: a
+ * connection's lock -> importer lock -> memory lock. Design:
+ * docs/design-ipc.md.
  *
  * Every function takes a parsed key of another process, records a message
  * on failure and returns the CANN code.

@@ -1,8 +1,8 @@
 /*
  * The IPC entry points of the emulator (aclrtIpcMem*): each checks its
  * arguments, parses the key, and hands the call to the side that owns the
- * state: the exporter (exporter.c) for keys of this process, the importer
- * (importer.c) for keys of others. Also the IPC layer's part of fork and
+ * state: the exporter (exporter.h) for keys of this process, the importer
+ * (importer.h) for keys of others. Also the IPC layer's part of fork and
  * aclFinalize. Design: docs/design-ipc.md.
  */
 #include <stdbool.h>
