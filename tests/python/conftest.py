@@ -39,6 +39,8 @@ START_METHODS = ("spawn", "fork", "forkserver")
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "timeout(seconds): fail the test if it runs longer than this")
+    config.addinivalue_line("markers", "python_only: runs none of the project's C code (it reads the extension's "
+                            "signatures and stubs); the ASan pass (make test-py-asan) leaves it out")
 
 
 def _plugin_timeout(config) -> bool:

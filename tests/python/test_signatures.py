@@ -16,7 +16,7 @@ import pytest
 import ascend_ipc
 from ascend_ipc import _C
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.python_only]
 
 P = inspect.Parameter
 DISALLOW_INSTANTIATION = 1 << 7  # Py_TPFLAGS_DISALLOW_INSTANTIATION

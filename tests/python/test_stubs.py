@@ -9,7 +9,7 @@ import pytest
 import ascend_ipc
 from ascend_ipc import _C
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.python_only]
 
 PKG = pathlib.Path(ascend_ipc.__file__).parent
 
