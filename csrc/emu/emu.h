@@ -1,15 +1,12 @@
 /*
- * Internal interface between the parts of the emulated runtime.
+ * Internal interface between the parts of the emulated runtime. The layers
+ * and the lock order are written once, in runtime.c: each file calls only
+ * the layers below it, and takes locks in that order.
  *
- *   api (csrc/api) -> provider table (core) -> device.c memory.c stream.c (runtime)
- *                                           -> ipc/ (the IPC layer, uses memory.c)
- *                                           -> os/ (the platform calls, under all of them)
- *
- * Lock order, outermost first: vmm.c's lock, the IPC layer's locks (the
- * exporter's, the importer's) -> memory lock. The memory lock is memory.c's
- * alone: each aipc__mem_* operation below takes it inside and returns with it
- * released, so a caller may hold its own locks but never the memory lock.
- * Nothing calls back from memory.c into the IPC layer or the streams.
+ * The memory lock is memory.c's alone: each aipc__mem_* operation below
+ * takes it inside and returns with it released, so a caller may hold its own
+ * locks but never the memory lock. Nothing calls back from memory.c into the
+ * IPC layer or the streams.
  */
 #ifndef ASCEND_IPC_EMU_EMU_H_
 #define ASCEND_IPC_EMU_EMU_H_

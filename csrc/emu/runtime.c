@@ -4,20 +4,20 @@
  * its own state behind its own lock and offers init/finalize/fork hooks;
  * only this file knows their order, and nothing below calls back up.
  *
- * The layers, top down (each calls only those below it):
+ * The layers, top down (each calls only those below it; make check-layers
+ * fails on a loop):
  *
  *   runtime.c                       this file: lifecycle and the provider table
- *   event.c  notify.c               events, notifies (their pages shared through ipc/)
- *   vmm.c                           reservations, physical memory (shared through ipc/)
+ *   event.c  notify.c  vmm.c        events, notifies, physical memory (shared through ipc/)
  *   ipc/                            keys, exporter, importer, the wire
- *   stream.c  handles               streams and their workers; the handle registry
+ *   stream.c                        streams and their workers
  *   memory.c                        every address range, behind the memory lock
- *   device.c  config.c  buddy.c     current device, settings, the arenas' allocator
+ *   device.c  handles.c  config.c   current device, the handle registries, settings
  *   core/  os/                      containers, errors, platform calls
  *
  * Lock order, outermost first, the same as the call order above:
- *   event -> notify -> vmm -> IPC layer (exporter, importer, connection)
- *   -> streams -> memory
+ *   event -> notify -> vmm -> IPC layer (a connection's, then the importer's;
+ *   or the exporter's) -> streams -> memory
  * A module may hold its lock while calling a module to its right, never the
  * other way round; fork's prepare takes them in this order, the parent's and
  * child's hooks undo them in reverse.

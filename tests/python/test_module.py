@@ -185,6 +185,28 @@ def test_module_state_survives_reimport():
     gc.collect()
 
 
+def test_a_module_object_without_callbacks_says_so():
+    # The extension never imports the package: ascend_ipc/__init__.py hands it what it calls
+    # back into, and a module object nobody registered with says so instead of importing.
+    import importlib.util
+
+    spec = importlib.util.find_spec("ascend_ipc._C")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = mod.empty(3)
+    h = mod.export(a)
+    with pytest.raises(RuntimeError, match="no hold callback is registered"):
+        pickle.dumps(h)
+    with pytest.raises(RuntimeError, match="no open_torch callback is registered"):
+        h.open_torch()
+    with pytest.raises(TypeError, match="needs a callable hold"):
+        mod._register_callbacks(hold=1, release=print, open_torch=print)
+    assert pickle.loads(pickle.dumps(aipc.export(aipc.empty(1)))) is not None  # the package's own still pickles
+    a.close()
+    del mod, a, h
+    gc.collect()
+
+
 @pytest.mark.skipif(os.environ.get("ASCEND_IPC_EXPECT_SANITIZED") != "1",
                     reason="set ASCEND_IPC_EXPECT_SANITIZED=1 when testing an ASCEND_IPC_SANITIZE=1 build")
 def test_extension_is_the_sanitized_build():
