@@ -30,7 +30,7 @@ static aclError check_id(const char *call, const char *what, int32_t id) {
 }
 
 aclError aipc__emu_set_device(int32_t deviceId) {
-  aclError rc = check_id("aclrtSetDevice", "deviceId", deviceId);
+  aclError rc = check_id(AIPC_CALL_NAME(set_device), "deviceId", deviceId);
   if (rc) return rc;
   tl_device = deviceId;
   tl_gen = atomic_load(&g_gen);
@@ -54,7 +54,7 @@ aclError aipc__emu_get_device_count(uint32_t *count) {
 
 aclError aipc__emu_reset_device(int32_t deviceId) {
   /* The thread's claim ends; its memory stays allocated, as documented. */
-  aclError rc = check_id("aclrtResetDevice", "deviceId", deviceId);
+  aclError rc = check_id(AIPC_CALL_NAME(reset_device), "deviceId", deviceId);
   if (rc) return rc;
   uint32_t n = atomic_load(&g_set_count[deviceId]);
   while (n > 0 && !atomic_compare_exchange_weak(&g_set_count[deviceId], &n, n - 1)) {
@@ -63,37 +63,36 @@ aclError aipc__emu_reset_device(int32_t deviceId) {
 }
 
 aclError aipc__device_unset_all(int32_t deviceId) {
-  aclError rc = check_id("aclrtResetDeviceForce", "deviceId", deviceId);
+  const char *call = AIPC_CALL_NAME(reset_device_force);
+  aclError rc = check_id(call, "deviceId", deviceId);
   if (rc) return rc;
   if (atomic_exchange(&g_set_count[deviceId], 0) == 0)
     return aipc__fail(ACL_ERROR_RT_CONTEXT_NULL,
-                      "aclrtResetDeviceForce: device %d is not set in this process (no aclrtSetDevice since it was "
-                      "last reset)",
+                      "%s: device %d is not set in this process (no aclrtSetDevice since it was last reset)", call,
                       (int)deviceId);
   return ACL_SUCCESS;
 }
 
 aclError aipc__emu_device_can_access_peer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId) {
-  if (!canAccessPeer) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtDeviceCanAccessPeer: canAccessPeer is NULL");
+  const char *call = AIPC_CALL_NAME(device_can_access_peer);
+  if (!canAccessPeer) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: canAccessPeer is NULL", call);
   aclError rc;
-  if ((rc = check_id("aclrtDeviceCanAccessPeer", "deviceId", deviceId))) return rc;
-  if ((rc = check_id("aclrtDeviceCanAccessPeer", "peerDeviceId", peerDeviceId))) return rc;
+  if ((rc = check_id(call, "deviceId", deviceId))) return rc;
+  if ((rc = check_id(call, "peerDeviceId", peerDeviceId))) return rc;
   if (deviceId == peerDeviceId)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtDeviceCanAccessPeer: deviceId and peerDeviceId are both %d",
-                      (int)deviceId);
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: deviceId and peerDeviceId are both %d", call, (int)deviceId);
   *canAccessPeer = 1;
   return ACL_SUCCESS;
 }
 
 aclError aipc__emu_device_enable_peer_access(int32_t peerDeviceId, uint32_t flags) {
-  aclError rc = check_id("aclrtDeviceEnablePeerAccess", "peerDeviceId", peerDeviceId);
+  const char *call = AIPC_CALL_NAME(device_enable_peer_access);
+  aclError rc = check_id(call, "peerDeviceId", peerDeviceId);
   if (rc) return rc;
-  if (flags != 0)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtDeviceEnablePeerAccess: flags must be 0, got 0x%x", flags);
+  if (flags != 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: flags must be 0, got 0x%x", call, flags);
   if (peerDeviceId == aipc__device_current())
-    return aipc__fail(ACL_ERROR_INVALID_PARAM,
-                      "aclrtDeviceEnablePeerAccess: peerDeviceId %d is the current device; a peer is another device",
-                      (int)peerDeviceId);
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: peerDeviceId %d is the current device; a peer is another device",
+                      call, (int)peerDeviceId);
   /* Every emulated device reaches every other: nothing to record. */
   return ACL_SUCCESS;
 }

@@ -98,7 +98,7 @@ static bool is_ipc(const event *e) { return (e->flags & ACL_EVENT_IPC) != 0; }
 static void put(event *e) {
   if (!aipc__handle_unref(&e->h)) return;
   if (is_ipc(e)) {
-    if (e->opened || e->shared) aipc__ipc_release("aclrtDestroyEvent", e->key);
+    if (e->opened || e->shared) aipc__ipc_release(AIPC_CALL_NAME(destroy_event), e->key);
     if (!e->opened) aipc__mem_sync_free(e->c);
   } else {
     free(e->c);
@@ -154,12 +154,13 @@ static aclError create(const char *call, aclrtEvent *out, uint32_t flags, event_
 }
 
 aclError aipc__emu_create_event(aclrtEvent *event_out) {
-  if (!event_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateEvent: event is NULL");
-  return create("aclrtCreateEvent", event_out, LEGACY_DEFAULT, API_LEGACY);
+  const char *call = AIPC_CALL_NAME(create_event);
+  if (!event_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: event is NULL", call);
+  return create(call, event_out, LEGACY_DEFAULT, API_LEGACY);
 }
 
 aclError aipc__emu_create_event_with_flag(aclrtEvent *event_out, uint32_t flag) {
-  static const char call[] = "aclrtCreateEventWithFlag";
+  const char *call = AIPC_CALL_NAME(create_event_with_flag);
   if (!event_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: event is NULL", call);
   if (flag & ACL_EVENT_IPC)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
@@ -177,7 +178,7 @@ aclError aipc__emu_create_event_with_flag(aclrtEvent *event_out, uint32_t flag) 
 }
 
 aclError aipc__emu_create_event_ex_with_flag(aclrtEvent *event_out, uint32_t flag) {
-  static const char call[] = "aclrtCreateEventExWithFlag";
+  const char *call = AIPC_CALL_NAME(create_event_ex_with_flag);
   if (!event_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: event is NULL", call);
   const uint32_t allowed = ACL_EVENT_SYNC | ACL_EVENT_CAPTURE_STREAM_PROGRESS | 0x4u | ACL_EVENT_TIME_LINE;
   if ((flag & ACL_EVENT_IPC) && flag != ACL_EVENT_IPC)
@@ -192,7 +193,7 @@ aclError aipc__emu_create_event_ex_with_flag(aclrtEvent *event_out, uint32_t fla
 
 aclError aipc__emu_destroy_event(aclrtEvent h) {
   aipc__handle *o;
-  aclError rc = aipc__handles_remove(&g_events, "aclrtDestroyEvent", h, &o);
+  aclError rc = aipc__handles_remove(&g_events, AIPC_CALL_NAME(destroy_event), h, &o);
   if (rc) return rc;
   put((event *)o); /* queued records and waits keep it until they have run */
   return ACL_SUCCESS;
@@ -313,7 +314,7 @@ static aclError usable(const char *call, const event *e) {
 }
 
 aclError aipc__emu_record_event(aclrtEvent h, aclrtStream stream) {
-  static const char call[] = "aclrtRecordEvent";
+  const char *call = AIPC_CALL_NAME(record_event);
   event *e = NULL;
   aclError rc = get(call, "event", h, &e);
   if (rc) return rc;
@@ -350,7 +351,7 @@ out:
 /* ---- query, synchronize ------------------------------------------------------------------- */
 
 aclError aipc__emu_query_event_status(aclrtEvent h, aclrtEventRecordedStatus *status) {
-  static const char call[] = "aclrtQueryEventStatus";
+  const char *call = AIPC_CALL_NAME(query_event_status);
   if (!status) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: status is NULL", call);
   event *e = NULL;
   aclError rc = get(call, "event", h, &e);
@@ -389,10 +390,10 @@ out:
   return rc;
 }
 
-aclError aipc__emu_synchronize_event(aclrtEvent h) { return synchronize("aclrtSynchronizeEvent", h, -1); }
+aclError aipc__emu_synchronize_event(aclrtEvent h) { return synchronize(AIPC_CALL_NAME(synchronize_event), h, -1); }
 
 aclError aipc__emu_synchronize_event_with_timeout(aclrtEvent h, int32_t timeout) {
-  static const char call[] = "aclrtSynchronizeEventWithTimeout";
+  const char *call = AIPC_CALL_NAME(synchronize_event_with_timeout);
   if (timeout == 0 || timeout < -1)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: timeout %d ms is invalid (-1: no limit, or > 0)", call,
                       (int)timeout);
@@ -463,11 +464,11 @@ out:
 }
 
 aclError aipc__emu_stream_wait_event(aclrtStream stream, aclrtEvent ev) {
-  return stream_wait("aclrtStreamWaitEvent", stream, ev, 0);
+  return stream_wait(AIPC_CALL_NAME(stream_wait_event), stream, ev, 0);
 }
 
 aclError aipc__emu_stream_wait_event_with_timeout(aclrtStream stream, aclrtEvent ev, int32_t timeout) {
-  static const char call[] = "aclrtStreamWaitEventWithTimeout";
+  const char *call = AIPC_CALL_NAME(stream_wait_event_with_timeout);
   if (timeout < 0)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: timeout %d s is negative (0: no limit)", call, (int)timeout);
   return stream_wait(call, stream, ev, timeout);
@@ -493,7 +494,7 @@ static aclError stamp(const char *call, const char *what, event *e, uint64_t *ns
 }
 
 aclError aipc__emu_event_elapsed_time(float *ms, aclrtEvent start, aclrtEvent end) {
-  static const char call[] = "aclrtEventElapsedTime";
+  const char *call = AIPC_CALL_NAME(event_elapsed_time);
   if (!ms) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: ms is NULL", call);
   event *a = NULL, *b = NULL;
   aclError rc = get(call, "startEvent", start, &a);
@@ -511,7 +512,7 @@ out:
 /* ---- IPC handles ---------------------------------------------------------------------------- */
 
 aclError aipc__emu_ipc_get_event_handle(aclrtEvent h, aclrtIpcEventHandle *handle) {
-  static const char call[] = "aclrtIpcGetEventHandle";
+  const char *call = AIPC_CALL_NAME(ipc_get_event_handle);
   if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handle is NULL", call);
   event *e = NULL;
   aclError rc = get(call, "event", h, &e);
@@ -541,7 +542,7 @@ aclError aipc__emu_ipc_get_event_handle(aclrtEvent h, aclrtIpcEventHandle *handl
 }
 
 aclError aipc__emu_ipc_open_event_handle(aclrtIpcEventHandle handle, aclrtEvent *event_out) {
-  static const char call[] = "aclrtIpcOpenEventHandle";
+  const char *call = AIPC_CALL_NAME(ipc_open_event_handle);
   if (!event_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: event is NULL", call);
   event *e = calloc(1, sizeof *e);
   if (!e) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);

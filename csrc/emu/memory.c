@@ -281,38 +281,39 @@ static aclError explain_unknown(const char *call, const void *p) {
     return aipc__fail(ACL_ERROR_INVALID_PARAM,
                       "%s: %p lies in device %d memory that is not allocated (already freed?)", call, p, (int)d);
   return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %p was not allocated by %s in this process", call, p,
-                    strcmp(call, "aclrtFree") == 0 ? "aclrtMalloc" : "aclrtMallocHost");
+                    strcmp(call, AIPC_CALL_NAME(free)) == 0 ? AIPC_CALL_NAME(malloc) : AIPC_CALL_NAME(malloc_host));
 }
 
 aclError aipc__emu_free(void *devPtr) {
-  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: devPtr is NULL");
+  const char *call = AIPC_CALL_NAME(free);
+  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
   aclError rc = ACL_SUCCESS;
   aipc__mem_wrlock();
   aipc__block *b = find_block(devPtr);
   if (!b) {
-    rc = explain_unknown("aclrtFree", devPtr);
+    rc = explain_unknown(call, devPtr);
   } else if (b->kind == AIPC_MEM_HOST) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p is host memory from aclrtMallocHost; release it with aclrtFreeHost",
-                    devPtr);
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+                    "%s: %p is host memory from aclrtMallocHost; release it with aclrtFreeHost", call, devPtr);
   } else if (b->kind == AIPC_MEM_IMPORT) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
-                    "aclrtFree: %p is IPC-imported memory; imported memory is released with aclrtIpcMemClose", devPtr);
+                    "%s: %p is IPC-imported memory; imported memory is released with aclrtIpcMemClose", call, devPtr);
   } else if (b->kind == AIPC_MEM_SYNC || b->kind == AIPC_MEM_SYNC_IMPORT) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p is %s", devPtr, sync_text);
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %p is %s", call, devPtr, sync_text);
   } else if (b->kind == AIPC_MEM_MAPPED) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p is %s", devPtr, mapped_text);
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %p is %s", call, devPtr, mapped_text);
   } else if (b->user_freed) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p was already freed (double free)", devPtr);
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %p was already freed (double free)", call, devPtr);
   } else if (b->base != (uintptr_t)devPtr) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
-                    "aclrtFree: %p points %zu bytes into the allocation at %p; pass the address aclrtMalloc returned",
+                    "%s: %p points %zu bytes into the allocation at %p; pass the address aclrtMalloc returned", call,
                     devPtr, (size_t)((uintptr_t)devPtr - b->base), (void *)b->base);
   } else if (b->pins > 0) {
     if (aipc__config_get()->strict)
       rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR,
-                      "aclrtFree: %p: memory is still exported; close its IPC keys (aclrtIpcMemClose) before aclrtFree "
+                      "%s: %p: memory is still exported; close its IPC keys (aclrtIpcMemClose) before aclrtFree "
                       "(ASCEND_IPC_STRICT=1)",
-                      devPtr);
+                      call, devPtr);
     else
       b->user_freed = true; /* the last unpin releases it */
   } else {
@@ -588,26 +589,27 @@ aclError aipc__emu_malloc_host(void **hostPtr, size_t size) {
 }
 
 aclError aipc__emu_free_host(void *hostPtr) {
-  if (!hostPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: hostPtr is NULL");
+  const char *call = AIPC_CALL_NAME(free_host);
+  if (!hostPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: hostPtr is NULL", call);
   aclError rc = ACL_SUCCESS;
   void *unmap = NULL;
   size_t len = 0;
   aipc__mem_wrlock();
   aipc__block *b = find_block(hostPtr);
   if (!b) {
-    rc = explain_unknown("aclrtFreeHost", hostPtr);
+    rc = explain_unknown(call, hostPtr);
   } else if (b->kind == AIPC_MEM_SYNC || b->kind == AIPC_MEM_SYNC_IMPORT) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: %p is %s", hostPtr, sync_text);
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %p is %s", call, hostPtr, sync_text);
   } else if (b->kind == AIPC_MEM_MAPPED) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: %p is %s", hostPtr, mapped_text);
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %p is %s", call, hostPtr, mapped_text);
   } else if (b->kind != AIPC_MEM_HOST) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: %p is %s memory; release it with %s", hostPtr,
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %p is %s memory; release it with %s", call, hostPtr,
                     b->kind == AIPC_MEM_DEVICE ? "device" : "IPC-imported",
-                    b->kind == AIPC_MEM_DEVICE ? "aclrtFree" : "aclrtIpcMemClose");
+                    b->kind == AIPC_MEM_DEVICE ? AIPC_CALL_NAME(free) : AIPC_CALL_NAME(ipc_close));
   } else if (b->base != (uintptr_t)hostPtr) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
-                    "aclrtFreeHost: %p points %zu bytes into the allocation at %p; pass the address aclrtMallocHost returned",
-                    hostPtr, (size_t)((uintptr_t)hostPtr - b->base), (void *)b->base);
+                    "%s: %p points %zu bytes into the allocation at %p; pass the address aclrtMallocHost returned",
+                    call, hostPtr, (size_t)((uintptr_t)hostPtr - b->base), (void *)b->base);
   } else {
     mblock *mb = mb_of(b);
     unmap = (void *)b->base;
@@ -783,14 +785,15 @@ static aclError copy_check(const char *call, void *dst, size_t destMax, const vo
 }
 
 aclError aipc__emu_memcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind) {
-  if (!dst) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: dst is NULL");
-  if (!src) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: src is NULL");
+  const char *call = AIPC_CALL_NAME(memcpy);
+  if (!dst) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: dst is NULL", call);
+  if (!src) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: src is NULL", call);
   if ((unsigned)kind > ACL_MEMCPY_INTER_DEVICE_TO_DEVICE)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: kind %d is not an aclrtMemcpyKind (0..7)", (int)kind);
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: kind %d is not an aclrtMemcpyKind (0..7)", call, (int)kind);
   if (count > destMax)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: count %zu is larger than destMax %zu", count, destMax);
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than destMax %zu", call, count, destMax);
   if (count == 0) return ACL_SUCCESS;
-  return aipc__mem_copy("aclrtMemcpy", dst, destMax, src, count, kind, aipc__device_current(), false);
+  return aipc__mem_copy(call, dst, destMax, src, count, kind, aipc__device_current(), false);
 }
 
 aclError aipc__mem_copy_check(const char *call, void *dst, size_t destMax, const void *src, size_t count,
@@ -837,10 +840,11 @@ aclError aipc__mem_memset(const char *call, void *devPtr, int value, size_t coun
 }
 
 aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
-  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: devPtr is NULL");
+  const char *call = AIPC_CALL_NAME(memset);
+  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
   if (count > maxCount)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: count %zu is larger than maxCount %zu", count, maxCount);
-  return aipc__mem_memset("aclrtMemset", devPtr, (int)(value & 0xff), count);
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than maxCount %zu", call, count, maxCount);
+  return aipc__mem_memset(call, devPtr, (int)(value & 0xff), count);
 }
 
 /* ---- teardown and fork -------------------------------------------------- */

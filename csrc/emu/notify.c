@@ -56,7 +56,7 @@ static uint32_t g_next_id;
 
 static void put(notify *n) {
   if (!aipc__handle_unref(&n->h)) return;
-  if (n->imported || n->exported) aipc__ipc_release("aclrtDestroyNotify", n->key);
+  if (n->imported || n->exported) aipc__ipc_release(AIPC_CALL_NAME(destroy_notify), n->key);
   if (!n->imported) aipc__mem_sync_free(n->c);
   memset(n->key, 0, sizeof n->key);
   free(n);
@@ -79,7 +79,7 @@ static aclError publish(const char *call, notify *n, aclrtNotify *out) {
 }
 
 aclError aipc__emu_create_notify(aclrtNotify *out, uint64_t flag) {
-  static const char call[] = "aclrtCreateNotify";
+  const char *call = AIPC_CALL_NAME(create_notify);
   if (!out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: notify is NULL", call);
   if (flag > ACL_NOTIFY_DEVICE_USE_ONLY)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
@@ -105,14 +105,14 @@ aclError aipc__emu_create_notify(aclrtNotify *out, uint64_t flag) {
 
 aclError aipc__emu_destroy_notify(aclrtNotify h) {
   aipc__handle *o;
-  aclError rc = aipc__handles_remove(&g_notifies, "aclrtDestroyNotify", h, &o);
+  aclError rc = aipc__handles_remove(&g_notifies, AIPC_CALL_NAME(destroy_notify), h, &o);
   if (rc) return rc;
   put((notify *)o);
   return ACL_SUCCESS;
 }
 
 aclError aipc__emu_get_notify_id(aclrtNotify h, uint32_t *notifyId) {
-  static const char call[] = "aclrtGetNotifyId";
+  const char *call = AIPC_CALL_NAME(get_notify_id);
   if (!notifyId) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: notifyId is NULL", call);
   notify *n = NULL;
   aclError rc = get(call, h, &n);
@@ -192,7 +192,7 @@ static aclError submit(const char *call, notify *n, aclrtStream stream, bool wai
 }
 
 aclError aipc__emu_record_notify(aclrtNotify h, aclrtStream stream) {
-  static const char call[] = "aclrtRecordNotify";
+  const char *call = AIPC_CALL_NAME(record_notify);
   notify *n = NULL;
   aclError rc = get(call, h, &n);
   if (rc) return rc;
@@ -204,7 +204,7 @@ aclError aipc__emu_record_notify(aclrtNotify h, aclrtStream stream) {
 }
 
 aclError aipc__emu_wait_and_reset_notify(aclrtNotify h, aclrtStream stream, uint32_t timeout) {
-  static const char call[] = "aclrtWaitAndResetNotify";
+  const char *call = AIPC_CALL_NAME(wait_and_reset_notify);
   notify *n = NULL;
   aclError rc = get(call, h, &n);
   if (rc) return rc;
@@ -231,7 +231,7 @@ out:
 /* ---- sharing ------------------------------------------------------------------------ */
 
 aclError aipc__emu_notify_get_export_key(aclrtNotify h, char *key, size_t len, uint64_t flags) {
-  static const char call[] = "aclrtNotifyGetExportKey";
+  const char *call = AIPC_CALL_NAME(notify_get_export_key);
   if (!key) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is NULL", call);
   if (len == 0) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: len is 0", call);
   if (len < ACL_IPC_MEM_KEY_LEN)
@@ -276,7 +276,7 @@ static aclError exported_key(const char *call, notify *n, char key[AIPC_KEY_CHAR
 }
 
 aclError aipc__emu_notify_set_import_pid(aclrtNotify h, int32_t *pid, size_t num) {
-  static const char call[] = "aclrtNotifySetImportPid";
+  const char *call = AIPC_CALL_NAME(notify_set_import_pid);
   if (!pid) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: pid is NULL", call);
   if (num == 0) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: num is 0", call);
   for (size_t i = 0; i < num; i++)
@@ -293,7 +293,7 @@ aclError aipc__emu_notify_set_import_pid(aclrtNotify h, int32_t *pid, size_t num
 }
 
 aclError aipc__emu_notify_set_import_pid_inter_server(aclrtNotify h, aclrtServerPid *serverPids, size_t num) {
-  static const char call[] = "aclrtNotifySetImportPidInterServer";
+  const char *call = AIPC_CALL_NAME(notify_set_import_pid_inter_server);
   if (!serverPids) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: serverPids is NULL", call);
   if (num == 0) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: num is 0", call);
   for (size_t i = 0; i < num; i++) {
@@ -316,7 +316,7 @@ aclError aipc__emu_notify_set_import_pid_inter_server(aclrtNotify h, aclrtServer
 }
 
 aclError aipc__emu_notify_import_by_key(aclrtNotify *out, const char *key, uint64_t flags) {
-  static const char call[] = "aclrtNotifyImportByKey";
+  const char *call = AIPC_CALL_NAME(notify_import_by_key);
   if (!out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: notify is NULL", call);
   if (!key) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is NULL", call);
   if (flags > 3)

@@ -209,11 +209,12 @@ aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device) {
 }
 
 aclError aipc__emu_create_stream(aclrtStream *stream_out) {
-  if (!stream_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateStream: stream is NULL");
+  const char *call = AIPC_CALL_NAME(create_stream);
+  if (!stream_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", call);
   stream *s = NULL;
-  aclError rc = stream_new("aclrtCreateStream", &s);
+  aclError rc = stream_new(call, &s);
   if (rc) return rc;
-  if ((rc = aipc__handles_add(&g_streams, "aclrtCreateStream", &s->h))) return rc;
+  if ((rc = aipc__handles_add(&g_streams, call, &s->h))) return rc;
   *stream_out = s;
   return ACL_SUCCESS;
 }
@@ -227,9 +228,11 @@ static aclError destroy(const char *call, aclrtStream h, bool force) {
   return ACL_SUCCESS;
 }
 
-aclError aipc__emu_destroy_stream(aclrtStream h) { return destroy("aclrtDestroyStream", h, false); }
+aclError aipc__emu_destroy_stream(aclrtStream h) { return destroy(AIPC_CALL_NAME(destroy_stream), h, false); }
 
-aclError aipc__emu_destroy_stream_force(aclrtStream h) { return destroy("aclrtDestroyStreamForce", h, true); }
+aclError aipc__emu_destroy_stream_force(aclrtStream h) {
+  return destroy(AIPC_CALL_NAME(destroy_stream_force), h, true);
+}
 
 /* Waits until s is idle, or until timeout_ms (< 0: no limit) passes. */
 static bool wait_idle(stream *s, int64_t timeout_ms) {
@@ -271,10 +274,10 @@ static aclError synchronize(const char *call, aclrtStream h, int64_t timeout_ms)
   return ACL_SUCCESS;
 }
 
-aclError aipc__emu_synchronize_stream(aclrtStream h) { return synchronize("aclrtSynchronizeStream", h, -1); }
+aclError aipc__emu_synchronize_stream(aclrtStream h) { return synchronize(AIPC_CALL_NAME(synchronize_stream), h, -1); }
 
 aclError aipc__emu_synchronize_stream_with_timeout(aclrtStream h, int32_t timeout) {
-  static const char call[] = "aclrtSynchronizeStreamWithTimeout";
+  const char *call = AIPC_CALL_NAME(synchronize_stream_with_timeout);
   if (timeout < -1)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: timeout %d ms is invalid (-1: wait without limit, or >= 0)", call,
                       (int)timeout);
@@ -304,7 +307,7 @@ static aclError run_copy(aipc__task *t, aclError failed, const atomic_bool *canc
 
 aclError aipc__emu_memcpy_async(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
                                 aclrtStream h) {
-  static const char call[] = "aclrtMemcpyAsync";
+  const char *call = AIPC_CALL_NAME(memcpy_async);
   if (!dst) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: dst is NULL", call);
   if (!src) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: src is NULL", call);
   if ((unsigned)kind > ACL_MEMCPY_INTER_DEVICE_TO_DEVICE)
@@ -338,7 +341,7 @@ static aclError run_memset(aipc__task *t, aclError failed, const atomic_bool *ca
 }
 
 aclError aipc__emu_memset_async(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream h) {
-  static const char call[] = "aclrtMemsetAsync";
+  const char *call = AIPC_CALL_NAME(memset_async);
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
   if (count > maxCount)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than maxCount %zu", call, count, maxCount);

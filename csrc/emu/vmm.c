@@ -131,17 +131,16 @@ static aclError check_prop(const char *call, const aclrtPhysicalMemProp *prop) {
 
 aclError aipc__emu_mem_get_allocation_granularity(aclrtPhysicalMemProp *prop, aclrtMemGranularityOptions option,
                                                   size_t *granularity) {
-#define C "aclrtMemGetAllocationGranularity"
-  if (!prop) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": prop is NULL");
-  if (!granularity) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": granularity is NULL");
-  aclError rc = check_prop(C, prop);
+  const char *call = AIPC_CALL_NAME(mem_get_allocation_granularity);
+  if (!prop) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: prop is NULL", call);
+  if (!granularity) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: granularity is NULL", call);
+  aclError rc = check_prop(call, prop);
   if (rc != ACL_SUCCESS) return rc;
   if (option != ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM && option != ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
-                      C ": option %d is not ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM or _RECOMMENDED", (int)option);
+                      "%s: option %d is not ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM or _RECOMMENDED", call, (int)option);
   *granularity = attr_1g(prop->memAttr) ? GiB : SMALL_GRANULARITY;
   return ACL_SUCCESS;
-#undef C
 }
 
 /* ---- physical allocations ------------------------------------------------- */
@@ -170,7 +169,7 @@ static void phys_maybe_destroy(phys *ph) {
 /* Ends the share of ph, if any: no new imports, importers keep theirs. g.mu held. */
 static void phys_unshare(phys *ph) {
   if (ph->share == 0) return;
-  aipc__ipc_release_physical("aclrtFreePhysical", ph->share);
+  aipc__ipc_release_physical(AIPC_CALL_NAME(free_physical), ph->share);
   ph->share = 0;
 }
 
@@ -196,27 +195,28 @@ static aclError phys_add(const char *call, int fd, uint64_t size, uint64_t gran,
 
 aclError aipc__emu_malloc_physical(aclrtDrvMemHandle *handle, size_t size, const aclrtPhysicalMemProp *prop,
                                    uint64_t flags) {
-#define C "aclrtMallocPhysical"
-  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": handle is NULL");
-  if (!prop) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": prop is NULL");
-  if (size == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": size is 0");
+  const char *call = AIPC_CALL_NAME(malloc_physical);
+  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handle is NULL", call);
+  if (!prop) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: prop is NULL", call);
+  if (size == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: size is 0", call);
   if (flags != 0)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": flags 0x%llx: must be 0", (unsigned long long)flags);
-  aclError rc = check_prop(C, prop);
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: flags 0x%llx: must be 0", call, (unsigned long long)flags);
+  aclError rc = check_prop(call, prop);
   if (rc != ACL_SUCCESS) return rc;
   uint64_t gran = attr_1g(prop->memAttr) ? GiB : SMALL_GRANULARITY;
   int32_t dev = (int32_t)prop->location.id;
   uint64_t cap = aipc__config_get()->memory;
   if (size > cap)
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
-                      C ": %zu bytes is more than device %d has (%" PRIu64 " bytes; ASCEND_IPC_EMU_MEMORY)", size,
+                      "%s: %zu bytes is more than device %d has (%" PRIu64 " bytes; ASCEND_IPC_EMU_MEMORY)", call, size,
                       (int)dev, cap);
   uint64_t len = ((uint64_t)size + gran - 1) / gran * gran; /* CANN rounds up to its page */
   if (!aipc__mem_charge(dev, len))
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
-                      C ": out of memory on device %d: %" PRIu64 " bytes requested (rounded to the %" PRIu64
-                      "-byte granularity), %" PRIu64 " of %" PRIu64 " bytes in use (ASCEND_IPC_EMU_MEMORY sets the capacity)",
-                      (int)dev, len, gran, aipc__mem_used(dev), cap);
+                      "%s: out of memory on device %d: %" PRIu64 " bytes requested (rounded to the %" PRIu64
+                      "-byte granularity), %" PRIu64 " of %" PRIu64
+                      " bytes in use (ASCEND_IPC_EMU_MEMORY sets the capacity)",
+                      call, (int)dev, len, gran, aipc__mem_used(dev), cap);
   char name[40];
   snprintf(name, sizeof name, "ascend_ipc_phys_dev%d", (int)dev);
   int fd = aipc__os_memfd_sealed(name, len);
@@ -225,30 +225,28 @@ aclError aipc__emu_malloc_physical(aclrtDrvMemHandle *handle, size_t size, const
     int e = errno;
     char limit[320];
     aipc__mem_uncharge(dev, len);
-    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": cannot create the memory of a physical allocation: %s",
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: cannot create the memory of a physical allocation: %s", call,
                       aipc__os_memfd_error_text(e, limit, sizeof limit));
   }
   pthread_mutex_lock(&g.mu);
-  rc = phys_add(C, fd, len, gran, dev, false, handle);
+  rc = phys_add(call, fd, len, gran, dev, false, handle);
   pthread_mutex_unlock(&g.mu);
   if (rc != ACL_SUCCESS) aipc__mem_uncharge(dev, len);
   return rc;
-#undef C
 }
 
 aclError aipc__emu_free_physical(aclrtDrvMemHandle handle) {
-#define C "aclrtFreePhysical"
-  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": handle is NULL");
+  const char *call = AIPC_CALL_NAME(free_physical);
+  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handle is NULL", call);
   pthread_mutex_lock(&g.mu);
   phys *ph = NULL;
-  aclError rc = find_handle(C, handle, &ph);
+  aclError rc = find_handle(call, handle, &ph);
   if (rc == ACL_SUCCESS && --ph->handles == 0) {
     phys_unshare(ph);     /* the exporter's last handle: no import after this */
     phys_maybe_destroy(ph); /* else the last unmap frees it */
   }
   pthread_mutex_unlock(&g.mu);
   return rc;
-#undef C
 }
 
 /* ---- reservations ----------------------------------------------------------- */
@@ -289,34 +287,34 @@ static void *reserve_range(size_t size, size_t align, void *hint) {
 }
 
 aclError aipc__emu_reserve_mem_address(void **virPtr, size_t size, size_t alignment, void *expectPtr, uint64_t flags) {
-#define C "aclrtReserveMemAddress"
-  if (!virPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": virPtr is NULL");
-  if (size == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": size is 0");
+  const char *call = AIPC_CALL_NAME(reserve_mem_address);
+  if (!virPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: virPtr is NULL", call);
+  if (size == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: size is 0", call);
   if (flags > 1)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": flags 0x%llx: must be 0 (1 is accepted for older callers)",
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: flags 0x%llx: must be 0 (1 is accepted for older callers)", call,
                       (unsigned long long)flags);
   if (alignment != 0)
-    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": alignment %zu: must be 0 (reserved)", alignment);
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: alignment %zu: must be 0 (reserved)", call, alignment);
   if (size % SMALL_GRANULARITY != 0)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
-                      C ": size %zu is not a multiple of the granularity (%" PRIu64
+                      "%s: size %zu is not a multiple of the granularity (%" PRIu64
                       " bytes; aclrtMemGetAllocationGranularity)",
-                      size, SMALL_GRANULARITY);
+                      call, size, SMALL_GRANULARITY);
   /* Large ranges start on a 1 GiB boundary, so 1 GiB pages can map there. */
   size_t align = size >= GiB ? GiB : SMALL_GRANULARITY;
   uintptr_t want = (uintptr_t)expectPtr;
   if (expectPtr && (want % align != 0 || want < EXPECT_LOW || want >= EXPECT_HIGH || size > EXPECT_HIGH - want))
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
-                      C ": expectPtr %p: a fixed range must start on a %zu-byte boundary and lie in [16 TiB, 24 TiB) "
+                      "%s: expectPtr %p: a fixed range must start on a %zu-byte boundary and lie in [16 TiB, 24 TiB) "
                       "(0x%" PRIxPTR " - 0x%" PRIxPTR ")",
-                      expectPtr, align, EXPECT_LOW, EXPECT_HIGH);
+                      call, expectPtr, align, EXPECT_LOW, EXPECT_HIGH);
   void *p = reserve_range(size, align, expectPtr);
   if (!p) {
     int e = errno;
     if (expectPtr && e == EEXIST)
-      return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": expectPtr %p: [%p, +%zu) is already in use", expectPtr,
+      return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: expectPtr %p: [%p, +%zu) is already in use", call, expectPtr,
                         expectPtr, size);
-    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": cannot reserve %zu bytes of address space: %s", size,
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: cannot reserve %zu bytes of address space: %s", call, size,
                       strerror(e));
   }
   resv *rv = calloc(1, sizeof *rv);
@@ -336,16 +334,15 @@ aclError aipc__emu_reserve_mem_address(void **virPtr, size_t size, size_t alignm
   pthread_mutex_unlock(&g.mu);
   if (!rv) {
     munmap(p, size);
-    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": out of host memory for bookkeeping");
+    return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory for bookkeeping", call);
   }
   *virPtr = p;
   return ACL_SUCCESS;
-#undef C
 }
 
 aclError aipc__emu_release_mem_address(void *virPtr) {
-#define C "aclrtReleaseMemAddress"
-  if (!virPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": virPtr is NULL");
+  const char *call = AIPC_CALL_NAME(release_mem_address);
+  if (!virPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: virPtr is NULL", call);
   aclError rc = ACL_SUCCESS;
   pthread_mutex_lock(&g.mu);
   aipc__onode *n = aipc__omap_get(&g.resvs, (uintptr_t)virPtr);
@@ -353,14 +350,15 @@ aclError aipc__emu_release_mem_address(void *virPtr) {
   if (!rv) {
     resv *in = resv_holding((uintptr_t)virPtr, 1);
     rc = in ? aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
-                         C ": %p lies %zu bytes into the reservation at %p; pass the address aclrtReserveMemAddress "
+                         "%s: %p lies %zu bytes into the reservation at %p; pass the address aclrtReserveMemAddress "
                          "returned",
-                         virPtr, (size_t)((uintptr_t)virPtr - in->base), (void *)in->base)
-            : aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": %p is not a reservation of this process (released already?)",
-                         virPtr);
+                         call, virPtr, (size_t)((uintptr_t)virPtr - in->base), (void *)in->base)
+            : aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not a reservation of this process (released already?)",
+                         call, virPtr);
   } else if (rv->maps > 0) {
     rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
-                    C ": the reservation at %p still has %u mapping(s); aclrtUnmapMem them first", virPtr, rv->maps);
+                    "%s: the reservation at %p still has %u mapping(s); aclrtUnmapMem them first", call, virPtr,
+                    rv->maps);
   } else {
     aipc__omap_remove(&g.resvs, &rv->node);
     aipc__mem_remove_reserved(rv->base);
@@ -369,7 +367,6 @@ aclError aipc__emu_release_mem_address(void *virPtr) {
   }
   pthread_mutex_unlock(&g.mu);
   return rc;
-#undef C
 }
 
 /* ---- mappings ------------------------------------------------------------------ */
@@ -442,12 +439,12 @@ out:
 }
 
 aclError aipc__emu_map_mem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle, uint64_t flags) {
-  return map_common("aclrtMapMem", virPtr, size, offset, handle, flags, true);
+  return map_common(AIPC_CALL_NAME(map_mem), virPtr, size, offset, handle, flags, true);
 }
 
 aclError aipc__emu_mem_map_no_access(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle,
                                      uint64_t flags) {
-  return map_common("aclrtMemMapNoAccess", virPtr, size, offset, handle, flags, false);
+  return map_common(AIPC_CALL_NAME(mem_map_no_access), virPtr, size, offset, handle, flags, false);
 }
 
 /* The mapping that starts at p, or a recorded error. g.mu held. */
@@ -481,76 +478,75 @@ static void unmap_one(mapping *m) {
 }
 
 aclError aipc__emu_unmap_mem(void *virPtr) {
-#define C "aclrtUnmapMem"
-  if (!virPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": virPtr is NULL");
+  const char *call = AIPC_CALL_NAME(unmap_mem);
+  if (!virPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: virPtr is NULL", call);
   pthread_mutex_lock(&g.mu);
   mapping *m = NULL;
-  aclError rc = find_mapping(C, virPtr, &m);
+  aclError rc = find_mapping(call, virPtr, &m);
   if (rc == ACL_SUCCESS) unmap_one(m);
   pthread_mutex_unlock(&g.mu);
   return rc;
-#undef C
 }
 
 aclError aipc__emu_mem_set_access(void *virPtr, size_t size, aclrtMemAccessDesc *desc, size_t count) {
-#define C "aclrtMemSetAccess"
+  const char *call = AIPC_CALL_NAME(mem_set_access);
   /* CANN checks these in its runtime layer, hence 107000. */
-  if (!virPtr) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": virPtr is NULL");
-  if (!desc) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": desc is NULL");
-  if (count == 0) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": count is 0");
+  if (!virPtr) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: virPtr is NULL", call);
+  if (!desc) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: desc is NULL", call);
+  if (count == 0) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: count is 0", call);
   uint32_t devices = aipc__config_get()->devices;
   for (size_t i = 0; i < count; i++) {
     const aclrtMemAccessDesc *d = &desc[i];
     if (d->flags != ACL_RT_MEM_ACCESS_FLAGS_READWRITE)
       return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
-                        C ": desc[%zu].flags %d: only ACL_RT_MEM_ACCESS_FLAGS_READWRITE is supported", i, (int)d->flags);
+                        "%s: desc[%zu].flags %d: only ACL_RT_MEM_ACCESS_FLAGS_READWRITE is supported", call, i,
+                        (int)d->flags);
     if (d->location.type != ACL_MEM_LOCATION_TYPE_DEVICE && d->location.type != ACL_MEM_LOCATION_TYPE_HOST)
       return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
-                        C ": desc[%zu].location.type %d is not ACL_MEM_LOCATION_TYPE_DEVICE or _HOST", i,
+                        "%s: desc[%zu].location.type %d is not ACL_MEM_LOCATION_TYPE_DEVICE or _HOST", call, i,
                         (int)d->location.type);
     if (d->location.type == ACL_MEM_LOCATION_TYPE_DEVICE && d->location.id >= devices)
-      return aipc__fail(ACL_ERROR_RT_INVALID_DEVICEID, C ": desc[%zu].location.id %u is out of range: %u device(s)", i,
-                        d->location.id, devices);
+      return aipc__fail(ACL_ERROR_RT_INVALID_DEVICEID, "%s: desc[%zu].location.id %u is out of range: %u device(s)",
+                        call, i, d->location.id, devices);
     for (size_t j = 0; j < sizeof d->rsv; j++)
-      if (d->rsv[j] != 0) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": desc[%zu].rsv must be all zero", i);
+      if (d->rsv[j] != 0) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: desc[%zu].rsv must be all zero", call, i);
   }
   pthread_mutex_lock(&g.mu);
   mapping *m = NULL;
-  aclError rc = find_mapping(C, virPtr, &m);
+  aclError rc = find_mapping(call, virPtr, &m);
   if (rc == ACL_SUCCESS && size != m->size) {
-    rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": size %zu is not the size of the mapping at %p (%zu bytes)", size,
-                    virPtr, m->size);
+    rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: size %zu is not the size of the mapping at %p (%zu bytes)", call,
+                    size, virPtr, m->size);
   } else if (rc == ACL_SUCCESS) {
     int e = aipc__mem_open_mapping(m->block);
-    if (e != 0) rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": cannot open %p for access: %s", virPtr, strerror(e));
+    if (e != 0)
+      rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: cannot open %p for access: %s", call, virPtr, strerror(e));
   }
   pthread_mutex_unlock(&g.mu);
   return rc;
-#undef C
 }
 
 aclError aipc__emu_mem_retain_allocation_handle(void *virPtr, aclrtDrvMemHandle *handle) {
-#define C "aclrtMemRetainAllocationHandle"
-  if (!virPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": virPtr is NULL");
-  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": handle is NULL");
+  const char *call = AIPC_CALL_NAME(mem_retain_allocation_handle);
+  if (!virPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: virPtr is NULL", call);
+  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handle is NULL", call);
   pthread_mutex_lock(&g.mu);
   mapping *m = NULL;
-  aclError rc = find_mapping(C, virPtr, &m);
+  aclError rc = find_mapping(call, virPtr, &m);
   if (rc == ACL_SUCCESS && m->ph->handles == UINT32_MAX)
-    rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": too many references to one handle");
+    rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: too many references to one handle", call);
   if (rc == ACL_SUCCESS) {
     m->ph->handles++; /* the same handle again, one more aclrtFreePhysical owed */
     *handle = handle_of(m->ph);
   }
   pthread_mutex_unlock(&g.mu);
   return rc;
-#undef C
 }
 
 aclError aipc__emu_mem_get_address_range(void *ptr, void **pbase, size_t *psize) {
-#define C "aclrtMemGetAddressRange"
-  if (!ptr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": ptr is NULL");
-  if (!pbase && !psize) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, C ": pbase and psize are both NULL");
+  const char *call = AIPC_CALL_NAME(mem_get_address_range);
+  if (!ptr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: ptr is NULL", call);
+  if (!pbase && !psize) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: pbase and psize are both NULL", call);
   aipc__block b;
   bool ok = aipc__mem_lookup(ptr, &b) && (b.kind == AIPC_MEM_MAPPED || (b.kind == AIPC_MEM_DEVICE && !b.user_freed) ||
                                           b.kind == AIPC_MEM_HOST || b.kind == AIPC_MEM_IMPORT);
@@ -558,13 +554,12 @@ aclError aipc__emu_mem_get_address_range(void *ptr, void **pbase, size_t *psize)
   size_t size = ok ? b.size : 0;
   if (!ok)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
-                      C ": %p is not in memory of this process's runtime (aclrtMalloc, aclrtMallocHost, an IPC import "
+                      "%s: %p is not in memory of this process's runtime (aclrtMalloc, aclrtMallocHost, an IPC import "
                       "or an aclrtMapMem mapping)",
-                      ptr);
+                      call, ptr);
   if (pbase) *pbase = (void *)base;
   if (psize) *psize = size;
   return ACL_SUCCESS;
-#undef C
 }
 
 /* ---- sharing ---------------------------------------------------------------------- */
@@ -612,27 +607,26 @@ static aclError export_common(const char *call, aclrtDrvMemHandle handle, uint64
 
 aclError aipc__emu_mem_export_to_shareable_handle(aclrtDrvMemHandle handle, aclrtMemHandleType handleType,
                                                   uint64_t flags, uint64_t *shareableHandle) {
-#define C "aclrtMemExportToShareableHandle"
-  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": handle is NULL");
+  const char *call = AIPC_CALL_NAME(mem_export_to_shareable_handle);
+  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handle is NULL", call);
   if (handleType != ACL_MEM_HANDLE_TYPE_NONE)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": handleType %d is not ACL_MEM_HANDLE_TYPE_NONE", (int)handleType);
-  if (!shareableHandle) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": shareableHandle is NULL");
-  return export_common(C, handle, flags, shareableHandle);
-#undef C
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handleType %d is not ACL_MEM_HANDLE_TYPE_NONE", call,
+                      (int)handleType);
+  if (!shareableHandle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: shareableHandle is NULL", call);
+  return export_common(call, handle, flags, shareableHandle);
 }
 
 aclError aipc__emu_mem_export_to_shareable_handle_v2(aclrtDrvMemHandle handle, uint64_t flags,
                                                      aclrtMemSharedHandleType shareType, void *shareableHandle) {
-#define C "aclrtMemExportToShareableHandleV2"
-  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": handle is NULL");
-  if (!shareableHandle) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": shareableHandle is NULL");
-  aclError rc = share_type_check(C, shareType);
+  const char *call = AIPC_CALL_NAME(mem_export_to_shareable_handle_v2);
+  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handle is NULL", call);
+  if (!shareableHandle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: shareableHandle is NULL", call);
+  aclError rc = share_type_check(call, shareType);
   if (rc != ACL_SUCCESS) return rc;
   uint64_t h;
-  rc = export_common(C, handle, flags, &h);
+  rc = export_common(call, handle, flags, &h);
   if (rc == ACL_SUCCESS) memcpy(shareableHandle, &h, sizeof h);
   return rc;
-#undef C
 }
 
 static aclError set_pid_common(const char *call, uint64_t shareable, int32_t *pid, size_t pidNum) {
@@ -645,21 +639,20 @@ static aclError set_pid_common(const char *call, uint64_t shareable, int32_t *pi
 }
 
 aclError aipc__emu_mem_set_pid_to_shareable_handle(uint64_t shareableHandle, int32_t *pid, size_t pidNum) {
-  return set_pid_common("aclrtMemSetPidToShareableHandle", shareableHandle, pid, pidNum);
+  return set_pid_common(AIPC_CALL_NAME(mem_set_pid_to_shareable_handle), shareableHandle, pid, pidNum);
 }
 
 aclError aipc__emu_mem_set_pid_to_shareable_handle_v2(void *shareableHandle, aclrtMemSharedHandleType shareType,
                                                       int32_t *pid, size_t pidNum) {
-#define C "aclrtMemSetPidToShareableHandleV2"
-  if (!shareableHandle) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": shareableHandle is NULL");
-  if (!pid) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": pid is NULL");
-  if (pidNum == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": pidNum is 0");
-  aclError rc = share_type_check(C, shareType);
+  const char *call = AIPC_CALL_NAME(mem_set_pid_to_shareable_handle_v2);
+  if (!shareableHandle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: shareableHandle is NULL", call);
+  if (!pid) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: pid is NULL", call);
+  if (pidNum == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: pidNum is 0", call);
+  aclError rc = share_type_check(call, shareType);
   if (rc != ACL_SUCCESS) return rc;
   uint64_t h;
   memcpy(&h, shareableHandle, sizeof h);
-  return set_pid_common(C, h, pid, pidNum);
-#undef C
+  return set_pid_common(call, h, pid, pidNum);
 }
 
 static aclError import_common(const char *call, uint64_t shareable, int32_t device, aclrtDrvMemHandle *handle) {
@@ -683,28 +676,27 @@ static aclError import_common(const char *call, uint64_t shareable, int32_t devi
 
 aclError aipc__emu_mem_import_from_shareable_handle(uint64_t shareableHandle, int32_t deviceId,
                                                     aclrtDrvMemHandle *handle) {
-#define C "aclrtMemImportFromShareableHandle"
-  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": handle is NULL");
+  const char *call = AIPC_CALL_NAME(mem_import_from_shareable_handle);
+  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handle is NULL", call);
   uint32_t n = aipc__config_get()->devices;
   if (deviceId < 0 || (uint32_t)deviceId >= n)
-    return aipc__fail(ACL_ERROR_RT_INVALID_DEVICEID, C ": deviceId %d is out of range: %u device%s (0..%u)",
+    return aipc__fail(ACL_ERROR_RT_INVALID_DEVICEID, "%s: deviceId %d is out of range: %u device%s (0..%u)", call,
                       (int)deviceId, n, n == 1 ? "" : "s", n - 1);
-  return import_common(C, shareableHandle, deviceId, handle);
-#undef C
+  return import_common(call, shareableHandle, deviceId, handle);
 }
 
 aclError aipc__emu_mem_import_from_shareable_handle_v2(void *shareableHandle, aclrtMemSharedHandleType shareType,
                                                        uint64_t flags, aclrtDrvMemHandle *handle) {
-#define C "aclrtMemImportFromShareableHandleV2"
-  if (!shareableHandle) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": shareableHandle is NULL");
-  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": handle is NULL");
-  if (flags != 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": flags 0x%llx: must be 0", (unsigned long long)flags);
-  aclError rc = share_type_check(C, shareType);
+  const char *call = AIPC_CALL_NAME(mem_import_from_shareable_handle_v2);
+  if (!shareableHandle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: shareableHandle is NULL", call);
+  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handle is NULL", call);
+  if (flags != 0)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: flags 0x%llx: must be 0", call, (unsigned long long)flags);
+  aclError rc = share_type_check(call, shareType);
   if (rc != ACL_SUCCESS) return rc;
   uint64_t h;
   memcpy(&h, shareableHandle, sizeof h);
-  return import_common(C, h, aipc__device_current(), handle);
-#undef C
+  return import_common(call, h, aipc__device_current(), handle);
 }
 
 /* ---- finalize, fork ---------------------------------------------------------------- */

@@ -48,7 +48,6 @@ aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *d
     bool ok = aipc__mem_lookup(devPtr, &b) && b.kind == AIPC_MEM_SYNC && b.base == (uintptr_t)devPtr && size == b.size;
     if (!ok) return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: %p is not an event's or notify's state", call, devPtr);
   }
-#define C "%s"
   aipc__exporter_lock();
   aclError rc = ACL_SUCCESS;
   aipc__export *e = NULL;
@@ -60,9 +59,9 @@ aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *d
   } else if ((rc = aipc__exporter_start(call)) != ACL_SUCCESS) {
     /* message recorded */
   } else if (!(e = calloc(1, sizeof *e))) {
-    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": out of memory", call);
+    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
   } else if (aipc__random(e->secret, AIPC_SECRET_LEN) != 0) {
-    rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, C ": getrandom failed: %s", call, strerror(errno));
+    rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: getrandom failed: %s", call, strerror(errno));
   } else {
     e->id = ++next_export_id;
     e->fd = -1;
@@ -74,8 +73,7 @@ aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *d
     e->block = pin.block;
     e->flags = flags;
     e->attr = ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO;
-    if (aipc__export_put(e) != 0)
-      rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, C ": out of memory", call);
+    if (aipc__export_put(e) != 0) rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
   }
   if (rc == ACL_SUCCESS) {
     aipc__key_write(kind, aipc__exporter_me->pid, aipc__config_get()->sdid, aipc__exporter_me->nonce, aipc__exporter_me->place, e->id, e->secret, key);
@@ -85,7 +83,6 @@ aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *d
   }
   aipc__exporter_unlock();
   return rc;
-#undef C
 }
 
 aclError aipc__exporter_export_physical(const char *call, int fd, uint64_t size, int32_t device, uint64_t flags,

@@ -127,13 +127,13 @@ bool aipc__sconn_consume(uint64_t id, aipc__sconn *c) {
 }
 
 /* Closed exports still held by importers: take their ledger releases, at
- * most every SWEEP_MS. Any step may kill a connection (a bad count) and so
+ * most every AIPC_SWEEP_MS. Any step may kill a connection (a bad count) and so
  * finish other exports: everything is looked up again by id. Connections
  * stay allocated (zombies) until the end of the server's batch. */
 void aipc__sconns_sweep(void) {
   static uint64_t last;
   uint64_t t = aipc__os_now_ms_coarse();
-  if (t - last < SWEEP_MS) return;
+  if (t - last < AIPC_SWEEP_MS) return;
   last = t;
   size_t n = 0;
   for (aipc__export *e = aipc__exporter_closing(); e; e = e->cnext) n++;
@@ -240,7 +240,7 @@ static const char *audit(void) {
     nconns++;
     if (!aipc__hmap_get(&g.peer_conns, aipc__pkey(c->pid))) return "a live connection is not counted for its process";
     if (c->dead) return "a closed connection is on the live list";
-    if (c->n_grants > GRANTS_MAX) return "a connection remembers too many grants";
+    if (c->n_grants > AIPC_GRANTS_MAX) return "a connection remembers too many grants";
     for (aipc__ref *r = c->refs; r; r = r->cnext)
       if (r->conn != c) return "a reference on a connection's list belongs to another connection";
   }

@@ -101,11 +101,11 @@ struct aipc__sconn {
   aipc__sconn *prev, *next; /* in the live list or the zombies */
 };
 
-#define SWEEP_MS 20 /* how often closed exports with importers look at the ledgers */
+#define AIPC_SWEEP_MS 20 /* how often closed exports with importers look at the ledgers */
 /* Unsettled grants remembered per connection. A well-behaved importer has
  * at most one per thread waiting on the connection; past this the oldest
  * is forgotten, and a CANCEL of it can no longer be honoured. */
-#define GRANTS_MAX 4096
+#define AIPC_GRANTS_MAX 4096
 
 static inline aipc__hkey aipc__pkey(pid_t pid) { return (aipc__hkey){(uint64_t)(uint32_t)pid, 0}; }
 
@@ -199,7 +199,7 @@ aipc__sconn *aipc__sconn_find(uint64_t serial);
 bool aipc__sconn_consume(uint64_t id, aipc__sconn *c);
 /* Frees the records of closed connections. */
 void aipc__sconns_reap(void);
-/* Closed exports still held by importers take their ledger releases (at most every SWEEP_MS). */
+/* Closed exports still held by importers take their ledger releases (at most every AIPC_SWEEP_MS). */
 void aipc__sconns_sweep(void);
 /* Closes every connection and frees its record (the server is stopped). */
 void aipc__sconns_clear(void);

@@ -141,7 +141,7 @@ static void *server_main(void *arg) {
     /* listen_paused is written only by this thread while it runs. */
     /* The closing list only changes under the lock, and its first entry wakes us. */
     int timeout = g.listen_paused ? 50 : -1;
-    if (aipc__exporter_closing()) timeout = SWEEP_MS;
+    if (aipc__exporter_closing()) timeout = AIPC_SWEEP_MS;
     /* Only the steady wait learns and polls: the others are timed on purpose. */
     uint64_t start = aipc__os_now_ns(), until = timeout < 0 ? aipc__spin_until(&spin, start) : 0;
     int n = 0;

@@ -189,7 +189,7 @@ void aipc__grants_settle(aipc__sconn *c, uint64_t settled) {
 }
 
 void aipc__grants_add(aipc__sconn *c, uint64_t req, uint64_t export_id) {
-  if (c->n_grants == GRANTS_MAX) {
+  if (c->n_grants == AIPC_GRANTS_MAX) {
     memmove(c->grants, c->grants + 2, (c->n_grants - 1) * 2 * sizeof *c->grants);
     c->n_grants--;
   }

@@ -16,130 +16,123 @@
 #include "emu/ipc/key.h"
 
 aclError aipc__emu_ipc_get_export_key(void *devPtr, size_t size, char *key, size_t len, uint64_t flags) {
-#define C "aclrtIpcMemGetExportKey"
-  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr is NULL");
-  if (!key) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": key is NULL");
+  const char *call = AIPC_CALL_NAME(ipc_get_export_key);
+  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
+  if (!key) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is NULL", call);
   if (len < ACL_IPC_MEM_KEY_LEN)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": len is %zu; the key buffer needs at least %d bytes", len,
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: len is %zu; the key buffer needs at least %d bytes", call, len,
                       ACL_IPC_MEM_KEY_LEN);
   if (flags > ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION)
     return aipc__fail(ACL_ERROR_INVALID_PARAM,
-                      C ": unknown flags 0x%llx (ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT or _DISABLE_PID_VALIDATION)",
+                      "%s: unknown flags 0x%llx (ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT or _DISABLE_PID_VALIDATION)", call,
                       (unsigned long long)flags);
-  if (size == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": size is 0");
+  if (size == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: size is 0", call);
   if (!AIPC_IS_PAGE_ALIGNED(devPtr))
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr %p is not aligned to the 4096-byte page", devPtr);
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr %p is not aligned to the 4096-byte page", call, devPtr);
   if (!AIPC_IS_PAGE_ALIGNED(size))
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": size %zu is not a multiple of the 4096-byte page", size);
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: size %zu is not a multiple of the 4096-byte page", call, size);
   char text[AIPC_KEY_CHARS + 1];
-  aclError rc = aipc__exporter_export(C, AIPC_OBJECT_MEMORY, devPtr, size, flags, text);
+  aclError rc = aipc__exporter_export(call, AIPC_OBJECT_MEMORY, devPtr, size, flags, text);
   if (rc == ACL_SUCCESS) memcpy(key, text, sizeof text); /* the caller's buffer only on success */
   return rc;
-#undef C
 }
 
 aclError aipc__emu_ipc_set_import_pid(const char *key, int32_t *pid, size_t num) {
-#define C "aclrtIpcMemSetImportPid"
+  const char *call = AIPC_CALL_NAME(ipc_set_import_pid);
   aipc__key k;
-  aclError rc = aipc__key_parse_kind(C, key, AIPC_OBJECT_MEMORY, &k);
+  aclError rc = aipc__key_parse_kind(call, key, AIPC_OBJECT_MEMORY, &k);
   if (rc != ACL_SUCCESS) return rc;
-  if (!pid) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": pid is NULL");
-  if (num == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": num is 0");
+  if (!pid) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: pid is NULL", call);
+  if (num == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: num is 0", call);
   for (size_t i = 0; i < num; i++)
     if (pid[i] <= 0)
-      return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": pid[%zu] = %d is not a process id", i, (int)pid[i]);
-  return aipc__exporter_allow(C, &k, pid, num);
-#undef C
+      return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: pid[%zu] = %d is not a process id", call, i, (int)pid[i]);
+  return aipc__exporter_allow(call, &k, pid, num);
 }
 
 aclError aipc__emu_ipc_import_pid_inter_server(const char *key, aclrtServerPid *serverPids, size_t num) {
-#define C "aclrtIpcMemImportPidInterServer"
+  const char *call = AIPC_CALL_NAME(ipc_import_pid_inter_server);
   aipc__key k;
-  aclError rc = aipc__key_parse_kind(C, key, AIPC_OBJECT_MEMORY, &k);
+  aclError rc = aipc__key_parse_kind(call, key, AIPC_OBJECT_MEMORY, &k);
   if (rc != ACL_SUCCESS) return rc;
-  if (!serverPids) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": serverPids is NULL");
-  if (num == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": num is 0");
+  if (!serverPids) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: serverPids is NULL", call);
+  if (num == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: num is 0", call);
   for (size_t i = 0; i < num; i++) {
-    if (!serverPids[i].pid) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": serverPids[%zu].pid is NULL", i);
-    if (serverPids[i].num == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": serverPids[%zu].num is 0", i);
+    if (!serverPids[i].pid) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: serverPids[%zu].pid is NULL", call, i);
+    if (serverPids[i].num == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: serverPids[%zu].num is 0", call, i);
     for (size_t j = 0; j < serverPids[i].num; j++)
       if (serverPids[i].pid[j] <= 0)
-        return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": serverPids[%zu].pid[%zu] = %d is not a process id", i, j,
+        return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: serverPids[%zu].pid[%zu] = %d is not a process id", call, i, j,
                           (int)serverPids[i].pid[j]);
   }
-  return aipc__exporter_allow_servers(C, &k, serverPids, num, aipc__config_get()->sdid);
-#undef C
+  return aipc__exporter_allow_servers(call, &k, serverPids, num, aipc__config_get()->sdid);
 }
 
 aclError aipc__emu_ipc_set_attr(const char *key, aclrtIpcMemAttrType type, uint64_t attr) {
-#define C "aclrtIpcMemSetAttr"
+  const char *call = AIPC_CALL_NAME(ipc_set_attr);
   aipc__key k;
-  aclError rc = aipc__key_parse_kind(C, key, AIPC_OBJECT_MEMORY, &k);
+  aclError rc = aipc__key_parse_kind(call, key, AIPC_OBJECT_MEMORY, &k);
   if (rc != ACL_SUCCESS) return rc;
   if (type != ACL_RT_IPC_MEM_ATTR_ACCESS_LINK)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": unknown attribute type %d (ACL_RT_IPC_MEM_ATTR_ACCESS_LINK)",
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: unknown attribute type %d (ACL_RT_IPC_MEM_ATTR_ACCESS_LINK)", call,
                       (int)type);
   if (attr == ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_ONE_PORT_PATH ||
       attr == ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_MULTI_PORT_PATH)
     return aipc__fail(ACL_ERROR_RT_LINK_TYPE_NOT_SUPPORTED,
-                      C ": access link %llu (UB) is not supported by the emulated device; use SIO (0) or HCCS (1)",
-                      (unsigned long long)attr);
+                      "%s: access link %llu (UB) is not supported by the emulated device; use SIO (0) or HCCS (1)",
+                      call, (unsigned long long)attr);
   if (attr > ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": unknown access link %llu (SIO 0, HCCS 1, UB 2 or 3)",
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: unknown access link %llu (SIO 0, HCCS 1, UB 2 or 3)", call,
                       (unsigned long long)attr);
-  return aipc__exporter_set_attr(C, &k, (uint32_t)attr);
-#undef C
+  return aipc__exporter_set_attr(call, &k, (uint32_t)attr);
 }
 
 aclError aipc__emu_ipc_get_attr(const char *key, aclrtIpcMemAttrType type, uint64_t *attr) {
-#define C "ipc_get_attr"
+  const char *call = "ipc_get_attr";
   aipc__key k;
-  aclError rc = aipc__key_parse_kind(C, key, AIPC_OBJECT_MEMORY, &k);
+  aclError rc = aipc__key_parse_kind(call, key, AIPC_OBJECT_MEMORY, &k);
   if (rc != ACL_SUCCESS) return rc;
   if (type != ACL_RT_IPC_MEM_ATTR_ACCESS_LINK)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": unknown attribute type %d", (int)type);
-  if (!attr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": attr is NULL");
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: unknown attribute type %d", call, (int)type);
+  if (!attr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: attr is NULL", call);
   if (aipc__importer_get_attr(&k, attr) || aipc__exporter_get_attr(&k, attr)) return ACL_SUCCESS;
-  return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": key is neither an export nor an import of this process");
-#undef C
+  return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is neither an export nor an import of this process", call);
 }
 
 aclError aipc__emu_ipc_import_by_key(void **devPtr, const char *key, uint64_t flags) {
-#define C "aclrtIpcMemImportByKey"
-  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, C ": devPtr is NULL");
+  const char *call = AIPC_CALL_NAME(ipc_import_by_key);
+  if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
   aipc__key k;
-  aclError rc = aipc__key_parse_kind(C, key, AIPC_OBJECT_MEMORY, &k);
+  aclError rc = aipc__key_parse_kind(call, key, AIPC_OBJECT_MEMORY, &k);
   if (rc != ACL_SUCCESS) return rc;
   if (flags > ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS)
     return aipc__fail(ACL_ERROR_INVALID_PARAM,
-                      C ": unknown flags 0x%llx (ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT or _ENABLE_PEER_ACCESS)",
+                      "%s: unknown flags 0x%llx (ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT or _ENABLE_PEER_ACCESS)", call,
                       (unsigned long long)flags);
   uint32_t here = aipc__config_get()->sdid;
   if (k.sdid != here)
     return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                      C ": the key was exported on server %u and this is server %u (ASCEND_IPC_SDID): cross-server "
+                      "%s: the key was exported on server %u and this is server %u (ASCEND_IPC_SDID): cross-server "
                       "import needs the super-node fabric; the emulator has none",
-                      k.sdid, here);
+                      call, k.sdid, here);
   /* One's own key: no socket, the exporter's own pointer. */
-  if (aipc__exporter_owns(&k)) return aipc__exporter_import_own(C, &k, devPtr);
-  return aipc__importer_import(C, &k, flags, devPtr);
-#undef C
+  if (aipc__exporter_owns(&k)) return aipc__exporter_import_own(call, &k, devPtr);
+  return aipc__importer_import(call, &k, flags, devPtr);
 }
 
 aclError aipc__emu_ipc_close(const char *key) {
-#define C "aclrtIpcMemClose"
+  const char *call = AIPC_CALL_NAME(ipc_close);
   aipc__key k;
-  aclError rc = aipc__key_parse_kind(C, key, AIPC_OBJECT_MEMORY, &k);
+  aclError rc = aipc__key_parse_kind(call, key, AIPC_OBJECT_MEMORY, &k);
   if (rc != ACL_SUCCESS) return rc;
   bool found;
   /* A process that both imported and exported a key closes the import first. */
   rc = aipc__importer_close(&k, &found);
   if (found) return rc;
-  rc = aipc__exporter_close(C, &k, false, &found);
+  rc = aipc__exporter_close(call, &k, false, &found);
   if (found) return rc;
   return aipc__fail(ACL_ERROR_INVALID_PARAM,
-                    C ": key is neither an export nor an import of this process (already closed, or forged?)");
-#undef C
+                    "%s: key is neither an export nor an import of this process (already closed, or forged?)", call);
 }
 
 /* ---- shared state pages of events and notifies (ipc.h) ------------------------------ */

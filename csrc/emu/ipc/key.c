@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "core/calls.h"
 #include "core/error.h"
 #include "core/le.h"
 #include "os/os.h"
@@ -29,9 +30,11 @@ static const int8_t b64_table[256] = {
 static int b64_value(unsigned char c) { return b64_table[c]; }
 
 static const struct {
-  const char *prefix, *what, *issuer, *allow;
+  const char *prefix, *what;
+  enum aipc_call issuer;
+  const char *allow;
 } kinds[AIPC_OBJECT_KIND_COUNT] = {
-#define AIPC_OBJECT_KIND_ROW_(name, prefix, what, issuer, allow) {prefix, what, issuer, allow},
+#define AIPC_OBJECT_KIND_ROW_(name, prefix, what, issuer, allow) {prefix, what, AIPC_CALL_##issuer, allow},
     AIPC_OBJECT_KINDS(AIPC_OBJECT_KIND_ROW_)
 #undef AIPC_OBJECT_KIND_ROW_
 };
@@ -41,7 +44,7 @@ const char *aipc__object_what(aipc__object_kind kind) {
 }
 
 const char *aipc__object_issuer(aipc__object_kind kind) {
-  return (unsigned)kind < AIPC_OBJECT_KIND_COUNT ? kinds[kind].issuer : "?";
+  return (unsigned)kind < AIPC_OBJECT_KIND_COUNT ? aipc__call_names[kinds[kind].issuer] : "?";
 }
 
 const char *aipc__object_allow(aipc__object_kind kind) {

@@ -31,15 +31,15 @@
 
 #include "acl/acl.h"
 
-/* X(NAME, prefix, what it is called in messages, the call that issues it,
- *   how an exporter lets a process import it) */
+/* X(NAME, prefix, what it is called in messages, the call that issues it
+ *   (its field in core/calls.h), how an exporter lets a process import it) */
 #define AIPC_OBJECT_KINDS(X)                                                                                  \
-  X(MEMORY, "aipc2.", "an IPC memory key", "aclrtIpcMemGetExportKey",                                         \
+  X(MEMORY, "aipc2.", "an IPC memory key", ipc_get_export_key,                                                \
     "pass it to aclrtIpcMemSetImportPid, or export with ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION")    \
-  X(NOTIFY, "aipn2.", "an IPC notify key", "aclrtNotifyGetExportKey",                                         \
+  X(NOTIFY, "aipn2.", "an IPC notify key", notify_get_export_key,                                             \
     "pass it to aclrtNotifySetImportPid, or export with ACL_RT_NOTIFY_EXPORT_FLAG_DISABLE_PID_VALIDATION")     \
-  X(EVENT, "aipe2.", "an IPC event handle", "aclrtIpcGetEventHandle", "")                                     \
-  X(PHYSICAL, "aipv2.", "a shareable handle of physical memory", "aclrtMemExportToShareableHandle",           \
+  X(EVENT, "aipe2.", "an IPC event handle", ipc_get_event_handle, "")                                         \
+  X(PHYSICAL, "aipv2.", "a shareable handle of physical memory", mem_export_to_shareable_handle,              \
     "pass it to aclrtMemSetPidToShareableHandle, or export with ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION")
 
 typedef enum aipc__object_kind {
