@@ -51,6 +51,10 @@ static int th_timeout(void) {
   return t > 0 ? t : 60;
 }
 
+static time_t th_started; /* when the running test began (its forked helpers inherit it) */
+
+double th_seconds_left(void) { return (double)th_started + th_timeout() - (double)time(NULL); }
+
 int th_spawn(int (*fn)(void *), void *arg) {
   fflush(stdout);
   fflush(stderr);
@@ -110,6 +114,7 @@ static int run_one(int i) {
   }
   if (pid == 0) {
     setpgid(0, 0);
+    th_started = time(NULL);
     alarm((unsigned)th_timeout());
     th_tests[i].fn();
     exit(0);

@@ -48,6 +48,12 @@ void th_fail(const char *file, int line, const char *fmt, ...) __attribute__((no
 /* What the two check: got is what `call` returned; the message is taken here. */
 void th_check_acl(const char *file, int line, const char *call, aclError got, aclError want, const char *needle);
 
+/* Seconds until the harness's time limit (TEST_TIMEOUT) ends the running
+ * test. A wait for something that must happen eventually (a server thread
+ * seeing an EOF) may use most of it: only a "never" runs out of it, however
+ * slow or loaded the machine. */
+double th_seconds_left(void);
+
 /* Helpers for multi-process tests. */
 
 /* Forks; the child runs fn(arg) and exits with its return value. Returns the pid. */

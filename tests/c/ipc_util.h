@@ -36,6 +36,16 @@ __attribute__((constructor)) static void ipc_test_valgrind_env_(void) {
   if (under_valgrind()) setenv("ASCEND_IPC_EMU_MEMORY", "128M", 0);
 }
 
+/* For a test that a call ends for its reason (refused, gone, an error
+ * reply, a wake-up) and not by a timeout: sets ASCEND_IPC_TIMEOUT_MS, read
+ * once per process, to its largest value (a day) for the runtime started
+ * next and every process forked after that. Call it before the test's first
+ * runtime call. A call that waited for the timeout then hangs past the
+ * harness's time limit and fails the test there, however slow or loaded the
+ * machine: no wall-clock bound is needed to tell "promptly" from "after the
+ * timeout". */
+static inline void timeout_never(void) { setenv("ASCEND_IPC_TIMEOUT_MS", "86400000", 1); }
+
 static inline double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -446,9 +446,9 @@ TEST(a_dead_recorder_fails_the_wait) {
   CHECK_EQ(recv_int(c.up[0]), 1);
   aclrtStream s = stream_new();
   CHECK_OK(aclrtStreamWaitEvent(s, e));
-  double t0 = now_s();
+  /* the wait has no limit: only the recorder's death ends it (a hang would
+   * run into the harness's time limit), and the message says so */
   CHECK_MSG(aclrtSynchronizeEvent(e), ACL_ERROR_RT_IPC_ERROR, "ended before its record ran");
-  CHECK(now_s() - t0 < 10.0);
   CHECK_MSG(aclrtSynchronizeStream(s), ACL_ERROR_RT_IPC_ERROR, "ended before its record ran");
   CHECK_EQ(th_wait(pid), 0);
   chan_close(&c);
@@ -579,9 +579,9 @@ TEST(force_destroy_ends_a_blocked_wait) {
   aclrtStream s = stream_new();
   CHECK_OK(aclrtStreamWaitEvent(s, e));
   CHECK_MSG(aclrtSynchronizeStreamWithTimeout(s, 200), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "200 ms");
-  double t0 = now_s();
+  /* the blocked wait has no limit: only the forced destroy can end it (were
+   * it not to, the harness's time limit would) */
   CHECK_OK(aclrtDestroyStreamForce(s));
-  CHECK(now_s() - t0 < 2.0);
   kill(pid, SIGKILL);
   CHECK_EQ(th_wait(pid), 128 + SIGKILL);
   chan_close(&c);

@@ -183,9 +183,10 @@ TEST(ten_thousand_random_byte_strings) {
 
 TEST(random_well_formed_keys) {
   /* Well-formed keys of processes that do not exist (or do not serve):
-   * a code, promptly, never a hang. */
+   * a code, promptly, never a hang: with a timeout of a day, any import
+   * that waited for one would run into the harness's time limit. */
+  timeout_never();
   int n = under_valgrind() ? 300 : 3000;
-  double t0 = now_s();
   for (int i = 0; i < n; i++) {
     key_rec k;
     CHECK(getrandom(&k, sizeof k, 0) == (ssize_t)sizeof k);
@@ -202,7 +203,6 @@ TEST(random_well_formed_keys) {
     CHECK(q == NULL);
     CHECK_MSG(aclrtIpcMemClose(key), ACL_ERROR_INVALID_PARAM, "neither");
   }
-  CHECK(now_s() - t0 < 30);
   /* decoded field checks: pid 0, pid > INT32_MAX, nonce 0, export id 0 */
   key_rec z = {1, 0, 1, 1, {0}, 0};
   char key[KEYLEN] = {0};

@@ -68,9 +68,7 @@ TEST(kill9_importer_default_mode_frees_closed_export) {
   CHECK(fr1 < fr0);
   kill(pid, SIGKILL);
   CHECK_EQ(th_wait(pid), 128 + SIGKILL);
-  double t0 = now_s();
-  do { /* the server thread sees the EOF and releases the block */
-    CHECK(now_s() - t0 < 10);
+  do { /* the server thread sees the EOF and releases the block (a never runs into the harness's limit) */
     usleep(1000);
     CHECK_OK(aclrtGetMemInfo(ACL_HBM_MEM, &fr1, &tot));
   } while (fr1 != fr0);
@@ -93,6 +91,7 @@ static int exporter_then_die(chan *c, void *arg) {
 }
 
 TEST(kill9_exporter_leaves_imports_valid) {
+  timeout_never(); /* "promptly" below: a wait for a timeout would hang */
   chan c;
   chan_open(&c);
   int pid = chan_spawn(&c, exporter_then_die, NULL);
@@ -111,12 +110,11 @@ TEST(kill9_exporter_leaves_imports_valid) {
   CHECK_OK(aclrtMallocHost(&host, 256 * KiB));
   CHECK_OK(aclrtMemcpy(host, 256 * KiB, p, 256 * KiB, ACL_MEMCPY_DEVICE_TO_HOST));
   CHECK(check_pattern(host, 256 * KiB, 2));
-  /* new imports of its keys fail promptly (cached connection: EOF, reconnect refused) */
+  /* new imports of its keys fail promptly (cached connection: EOF, reconnect
+   * refused), for that reason, not by a timeout (a day here) */
   void *q = NULL;
-  double t0 = now_s();
   CHECK_MSG(aclrtIpcMemImportByKey(&q, key2, 0), ACL_ERROR_RT_IPC_ERROR, "gone");
   CHECK_MSG(aclrtIpcMemImportByKey(&q, key2, 0), ACL_ERROR_RT_IPC_ERROR, "gone");
-  CHECK(now_s() - t0 < 1.0);
   CHECK(q == NULL);
   /* closing an import of a dead exporter still succeeds */
   CHECK_OK(aclrtIpcMemClose(key));
@@ -180,7 +178,8 @@ static int strict_exporter(chan *c, void *arg) {
 }
 
 TEST(stopped_exporter_times_out_then_recovers) {
-  int timeout_ms = under_valgrind() ? 2000 : 300;
+  /* long enough that the imports that must succeed do, however loaded the machine */
+  int timeout_ms = under_valgrind() ? 20000 : 5000;
   char t[16] = {0};
   snprintf(t, sizeof t, "%d", timeout_ms);
   setenv("ASCEND_IPC_TIMEOUT_MS", t, 1);
@@ -197,10 +196,20 @@ TEST(stopped_exporter_times_out_then_recovers) {
   int st;
   CHECK(waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st)); /* every thread of it stopped */
   p = NULL;
+  /* ended by the configured timeout: it waited at least that long (the
+   * deadline is taken at the call), and the message names that limit; how
+   * much longer it took is the machine's business (a hang would run into the
+   * harness's time limit) */
+  char who[48], within[32];
+  snprintf(who, sizeof who, "no reply from exporter process %d", pid);
+  snprintf(within, sizeof within, "within %d ms", timeout_ms);
   double t0 = now_s();
-  CHECK_MSG(aclrtIpcMemImportByKey(&p, key, 0), ACL_ERROR_RT_IPC_ERROR, "no reply");
+  aclError rc = aclrtIpcMemImportByKey(&p, key, 0);
   double dt = now_s() - t0;
-  CHECK(dt >= timeout_ms / 1000.0 * 0.9 && dt < timeout_ms / 1000.0 + 2);
+  const char *m = aclGetRecentErrMsg(); /* (read once: reading takes it) */
+  CHECK_EQ(rc, ACL_ERROR_RT_IPC_ERROR);
+  CHECK(m && strstr(m, who) && strstr(m, within));
+  CHECK(dt >= timeout_ms / 1000.0 * 0.9);
   CHECK(p == NULL);
   kill(pid, SIGCONT);
   /* the late reply to the abandoned request is recognised and given back;
@@ -222,12 +231,14 @@ static int connect_to(const char *key) {
   return fd;
 }
 
-/* 1 if the server closed fd (EOF within 2 s), 0 if it is still open. */
+/* 1 once the server has closed fd (EOF or reset), draining what comes
+ * first. Waits without a limit of its own: a server that never closes runs
+ * into the harness's time limit, one that closes late on a loaded machine
+ * passes. */
 static int closed_by_server(int fd) {
   struct pollfd p = {fd, POLLIN, 0};
-  double t0 = now_s();
-  while (now_s() - t0 < 2) {
-    if (poll(&p, 1, 100) > 0) {
+  for (;;) {
+    if (poll(&p, 1, -1) > 0) {
       uint8_t b[1024];
       ssize_t r = recv(fd, b, sizeof b, MSG_DONTWAIT);
       if (r == 0 || (r < 0 && errno == ECONNRESET)) return 1;
@@ -235,7 +246,6 @@ static int closed_by_server(int fd) {
     }
     if (p.revents & POLLHUP) return 1;
   }
-  return 0;
 }
 
 static void good_import(const char *key) {
@@ -316,7 +326,7 @@ static int hostile_child(chan *c, void *arg) {
   b[4] = 2;
   CHECK(send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n);
   struct pollfd pf = {fd, POLLIN, 0};
-  CHECK(poll(&pf, 1, 2000) == 1);
+  CHECK(poll(&pf, 1, -1) == 1); /* no limit: the harness's bounds a never */
   ssize_t r = recv(fd, b, sizeof b, 0);
   CHECK(r >= 32 && b[6] == 4); /* ERROR */
   CHECK(closed_by_server(fd));

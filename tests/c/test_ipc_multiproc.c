@@ -427,12 +427,11 @@ TEST(default_close_keeps_memory_for_importers) {
   CHECK(strstr(msg, "closed"));
   send_int(c.down[1], 2); /* the importer checks and writes its memory */
   CHECK_EQ(recv_int(c.up[0]), 3);
-  /* the last importer closed: the exporter releases the block soon */
-  double t0 = now_s();
+  /* the last importer closed: the exporter releases the block soon (however
+   * late on a loaded machine; a never runs into the harness's time limit) */
   for (;;) {
     CHECK_OK(aclrtGetMemInfo(ACL_HBM_MEM, &free1, &total0));
     if (free1 == free0) break;
-    CHECK(now_s() - t0 < 10);
     usleep(1000);
   }
   send_int(c.down[1], 4);
@@ -710,6 +709,7 @@ static int exporter_with_child(chan *c, void *arg) {
 }
 
 TEST(dead_exporter_not_kept_reachable_by_its_fork_child) {
+  timeout_never(); /* refused at once, not after a timeout: a wait for one would hang */
   chan c;
   chan_open(&c);
   int pid = chan_spawn(&c, exporter_with_child, NULL);
@@ -720,9 +720,7 @@ TEST(dead_exporter_not_kept_reachable_by_its_fork_child) {
   CHECK_EQ(th_wait(pid), 128 + SIGKILL);
   CHECK(kill(gc, 0) == 0); /* the forked child still lives */
   void *p = NULL;
-  double t0 = now_s();
   CHECK_MSG(aclrtIpcMemImportByKey(&p, key, 0), ACL_ERROR_RT_IPC_ERROR, "gone");
-  CHECK(now_s() - t0 < 2);
   kill(gc, SIGKILL);
   waitpid(gc, NULL, 0); /* reparented to us? only if we are its subreaper; harmless otherwise */
   chan_close(&c);

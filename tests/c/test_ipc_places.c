@@ -47,6 +47,7 @@ TEST(keys_carry_their_place) {
 /* The key of an exporter that cannot be reached, as it looks from another
  * host or namespace: its pid and nonce name no socket here. */
 TEST(keys_from_elsewhere_say_where) {
+  timeout_never(); /* refused for the reason named, not after a timeout: a wait for one would hang */
   char key[KEYLEN] = {0}, forged[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);
   key_rec k = key_decode(key);
@@ -62,9 +63,7 @@ TEST(keys_from_elsewhere_say_where) {
     k.place = moved(here, parts[i].mask);
     key_encode(&k, forged);
     void *q = NULL;
-    double t0 = now_s();
     CHECK_MSG(aclrtIpcMemImportByKey(&q, forged, 0), ACL_ERROR_RT_FEATURE_NOT_SUPPORT, parts[i].says);
-    CHECK(now_s() - t0 < 1.0);
     CHECK(q == NULL);
     /* notify keys name their place the same way */
     memcpy(forged, "aipn2.", 6);
@@ -115,9 +114,7 @@ static int import_here(chan *c, const away *a) {
   from_parent(c, key, KEYLEN);
   from_parent(c, &h, sizeof h);
   void *q = NULL;
-  double t0 = now_s();
   CHECK_MSG(aclrtIpcMemImportByKey(&q, key, 0), ACL_ERROR_RT_FEATURE_NOT_SUPPORT, a->says);
-  CHECK(now_s() - t0 < 1.0);
   CHECK(q == NULL);
   aclrtEvent ev = NULL;
   CHECK_MSG(aclrtIpcOpenEventHandle(h, &ev), ACL_ERROR_RT_FEATURE_NOT_SUPPORT, a->says);
@@ -146,6 +143,7 @@ static void try_from_away(int flags, const char *says, const char *what) {
     printf("  (skipped: needs root to make a %s)\n", what);
     return;
   }
+  timeout_never(); /* the child's refusal is for its place, not a timeout: a wait for one would hang */
   char key[KEYLEN] = {0};
   void *p = export_new(PAGE, EXPORT_ANY, key);
   aclrtEvent ev;

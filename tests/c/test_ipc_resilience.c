@@ -49,20 +49,20 @@ static double set_timeout_ms(int ms) {
   return ms / 1000.0;
 }
 
-/* 1 if the peer closed sock within wait_s (EOF or reset), 0 if not. Drains
- * (and closes the descriptors of) whatever comes first. */
-static int peer_closed(int sock, double wait_s) {
-  double t0 = now_s();
-  while (now_s() - t0 < wait_s) {
+/* 1 once the peer has closed sock (EOF or reset). Drains (and closes the
+ * descriptors of) whatever comes first. No limit of its own: a peer that
+ * never closes runs into the harness's time limit, one that closes late on a
+ * loaded machine passes. */
+static int peer_closed(int sock) {
+  for (;;) {
     struct pollfd p = {sock, POLLIN, 0};
-    if (poll(&p, 1, 50) <= 0) continue;
+    if (poll(&p, 1, -1) <= 0) continue;
     uint8_t b[1024];
     int fds[4], n;
     ssize_t r = raw_recv(sock, b, sizeof b, fds, &n, MSG_DONTWAIT);
     for (int i = 0; i < n; i++) close(fds[i]);
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) return 1;
   }
-  return 0;
 }
 
 /* ---- kill -9 of importers in the middle of their loops ---------------------------------- */
@@ -250,9 +250,8 @@ static int kx_importer(chan *c, void *argp) {
     fcntl(c->down[0], F_SETFL, fl | O_NONBLOCK);
     for (;; loops++) {
       void *q = NULL;
-      double t0 = now_s();
+      /* promptly, never a hang: the timeout is a day (see the test) */
       aclError rc = aclrtIpcMemImportByKey(&q, a->keys[KX_HELD + KX_FRESH - 1], 0);
-      CHECK(now_s() - t0 < 2); /* promptly, never a hang */
       if (rc != ACL_SUCCESS) {
         CHECK_EQ(rc, ACL_ERROR_RT_IPC_ERROR);
         failed_at = loops;
@@ -279,12 +278,11 @@ static int kx_importer(chan *c, void *argp) {
     CHECK(check_pattern(host, slice, 900u + (uint32_t)k));
     free(host);
   }
-  /* new imports fail promptly with ACL_ERROR_RT_IPC_ERROR */
+  /* new imports fail promptly with ACL_ERROR_RT_IPC_ERROR (a day's timeout:
+   * a wait for one would hang) */
   for (int k = KX_HELD; k < KX_HELD + KX_FRESH; k++) {
     void *q = NULL;
-    double t0 = now_s();
     CHECK_ACL(aclrtIpcMemImportByKey(&q, a->keys[k], 0), ACL_ERROR_RT_IPC_ERROR);
-    CHECK(now_s() - t0 < 1.0);
     CHECK(q == NULL);
   }
   /* a held key too: every import asks the exporter, which is gone; what
@@ -302,6 +300,10 @@ static int kx_importer(chan *c, void *argp) {
 }
 
 TEST(kill9_exporter_under_many_importers_data_intact) {
+  /* Every import that fails here fails because the exporter is gone, never
+   * by a timeout: with one of a day, a call that waited for it would run into
+   * the harness's time limit, however slow the machine. */
+  timeout_never();
   chan ce;
   chan_open(&ce);
   int epid = chan_spawn(&ce, kx_exporter, NULL);
@@ -375,6 +377,9 @@ typedef struct stalled_arg {
   const char *key;
   aclError rc;
   double seconds;
+  int done; /* set (release) once the import returned */
+  void *ptr;
+  char msg[256];
 } stalled_arg;
 
 static void *stalled_import(void *arg) {
@@ -383,12 +388,21 @@ static void *stalled_import(void *arg) {
   double t0 = now_s();
   s->rc = aclrtIpcMemImportByKey(&p, s->key, 0);
   s->seconds = now_s() - t0;
+  s->ptr = p;
+  const char *m = s->rc ? aclGetRecentErrMsg() : NULL;
+  snprintf(s->msg, sizeof s->msg, "%s", m ? m : "");
+  __atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
+static int stalled_done(stalled_arg *s) { return __atomic_load_n(&s->done, __ATOMIC_ACQUIRE); }
+
+/* The timeout is a day: the stalled import can end only when its exporter
+ * resumes, so "meanwhile" below is a fact, not a race against a clock. That
+ * the stalled import itself ends at its timeout is the next test's (and
+ * test_ipc_faults' stopped_exporter_times_out_then_recovers). */
 TEST(stopped_exporter_stalls_only_its_own_imports) {
-  int timeout_ms = under_valgrind() ? 3000 : 600;
-  set_timeout_ms(timeout_ms);
+  timeout_never();
   chan ca, cb;
   char ka[3][KEYLEN], kb[KEYLEN];
   int apid = start_key_exporter(&ca, 3, ka);
@@ -398,33 +412,35 @@ TEST(stopped_exporter_stalls_only_its_own_imports) {
   CHECK_OK(aclrtIpcMemImportByKey(&p, kb, 0));
   CHECK_OK(aclrtIpcMemClose(kb));
   stop_process(apid);
-  stalled_arg sa = {ka[1], 0, 0};
+  stalled_arg sa = {ka[1], 0, 0, 0, NULL, ""};
   pthread_t t;
   CHECK(pthread_create(&t, NULL, stalled_import, &sa) == 0);
-  /* meanwhile: the other exporter serves at full speed */
-  double worst = 0, t_start = now_s();
-  int n = 0;
-  while (now_s() - t_start < timeout_ms / 1000.0 * 0.75) {
+  /* meanwhile: the other exporter serves, a fixed number of imports (were
+   * they to queue behind the stalled one, they would hang into the harness's
+   * time limit). The stalled import is most likely waiting by the second
+   * round; the checks hold whether it is or not. */
+  int n = under_valgrind() ? 20 : 200;
+  double worst = 0;
+  for (int i = 0; i < n; i++) {
+    if (i == 1) usleep(20000);
     double t0 = now_s();
     CHECK_OK(aclrtIpcMemImportByKey(&p, kb, 0));
     CHECK(check_pattern(p, 64 * KiB, 700u));
     CHECK_OK(aclrtIpcMemClose(kb));
     double dt = now_s() - t0;
     if (dt > worst) worst = dt;
-    n++;
   }
-  pthread_join(t, NULL);
-  fprintf(stderr, "  %d imports from a live exporter while another was stopped: worst %.1f ms; "
-                  "stalled import: %.0f ms\n",
-          n, worst * 1e3, sa.seconds * 1e3);
-  CHECK(n > 10);
-  CHECK(worst < timeout_ms / 1000.0 / 2);
-  CHECK_EQ(sa.rc, ACL_ERROR_RT_IPC_ERROR);
   /* an import held across the stop closes (its release is queued for later) */
   CHECK_OK(aclrtIpcMemClose(ka[0]));
-  CHECK(sa.seconds >= timeout_ms / 1000.0 * 0.9 && sa.seconds < timeout_ms / 1000.0 + 3);
+  CHECK(!stalled_done(&sa)); /* all that while, the stalled import waited */
+  fprintf(stderr, "  %d imports from a live exporter while another was stopped: worst %.1f ms\n", n, worst * 1e3);
   kill(apid, SIGCONT);
-  /* and then A serves again; its strict closes see every reference back */
+  pthread_join(t, NULL);
+  /* the stalled import gets its reply once A runs again */
+  CHECK_OK(sa.rc);
+  CHECK(check_pattern(sa.ptr, 64 * KiB, 701u));
+  CHECK_OK(aclrtIpcMemClose(ka[1]));
+  /* and A serves new imports; its strict closes see every reference back */
   CHECK_OK(aclrtIpcMemImportByKey(&p, ka[2], 0));
   CHECK(check_pattern(p, 64 * KiB, 702u));
   CHECK_OK(aclrtIpcMemClose(ka[2]));
@@ -442,8 +458,11 @@ TEST(stopped_exporter_stalls_only_its_own_imports) {
  * hold when several threads of one importer meet the same stopped exporter:
  * a close, or another import, must not queue behind the stalled import for
  * the connection. */
+/* An upper bound on a wait says something only with a margin far beyond
+ * what load or valgrind adds to a few system calls: the timeout is long (6 s,
+ * 20 s under valgrind) and every bound below leaves most of it spare. */
 TEST(stopped_exporter_every_call_bounded_by_the_timeout) {
-  int timeout_ms = under_valgrind() ? 3000 : 800;
+  int timeout_ms = under_valgrind() ? 20000 : 6000;
   double T = set_timeout_ms(timeout_ms);
   chan ca;
   char ka[3][KEYLEN];
@@ -451,14 +470,17 @@ TEST(stopped_exporter_every_call_bounded_by_the_timeout) {
   void *held = NULL;
   CHECK_OK(aclrtIpcMemImportByKey(&held, ka[0], 0));
   stop_process(apid);
-  stalled_arg sa[2] = {{ka[1], 0, 0}, {ka[2], 0, 0}};
+  stalled_arg sa[2] = {{ka[1], 0, 0, 0, NULL, ""}, {ka[2], 0, 0, 0, NULL, ""}};
   pthread_t t[2];
   CHECK(pthread_create(&t[0], NULL, stalled_import, &sa[0]) == 0);
-  usleep((useconds_t)(T * 1e6 / 8)); /* the first one is waiting for its reply */
+  usleep(50000); /* the first one is most likely waiting for its reply */
   CHECK(pthread_create(&t[1], NULL, stalled_import, &sa[1]) == 0);
   double t0 = now_s();
   CHECK_OK(aclrtIpcMemClose(ka[0]));
   double close_s = now_s() - t0;
+  /* the close needs no reply: it returned while both imports still waited
+   * (they cannot end before their timeout, T away), not after them */
+  CHECK(!stalled_done(&sa[0]) && !stalled_done(&sa[1]));
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   fprintf(stderr, "  stopped exporter, timeout %d ms: close of a held import %.0f ms; two imports %.0f ms and %.0f ms\n",
           timeout_ms, close_s * 1e3, sa[0].seconds * 1e3, sa[1].seconds * 1e3);
@@ -470,13 +492,15 @@ TEST(stopped_exporter_every_call_bounded_by_the_timeout) {
   send_int(ca.down[1], 1);
   CHECK_EQ(th_wait(apid), 0); /* strict closes: every reference came back */
   chan_close(&ca);
+  /* each import ended by its timeout: at least T, and the message says so */
   CHECK_EQ(sa[0].rc, ACL_ERROR_RT_IPC_ERROR);
   CHECK_EQ(sa[1].rc, ACL_ERROR_RT_IPC_ERROR);
-  CHECK(sa[0].seconds < T + 1);
-  /* the close needs no reply: it must not wait out another thread's timeout */
-  CHECK(close_s < T / 4);
-  /* the second import waits at most its own timeout, not the first one's too */
-  CHECK(sa[1].seconds < T * 1.5);
+  CHECK(strstr(sa[0].msg, "no reply") && strstr(sa[1].msg, "no reply"));
+  CHECK(sa[0].seconds >= T * 0.9 && sa[1].seconds >= T * 0.9);
+  /* and by its own: one that waited out the other's too would take about 2T;
+   * 1.75T leaves 0.75T (4.5 s, 15 s under valgrind) for the machine */
+  CHECK(sa[0].seconds < T * 1.75);
+  CHECK(sa[1].seconds < T * 1.75);
   CHECK_OK(aclFinalize());
 }
 
@@ -486,7 +510,8 @@ TEST(stopped_exporter_every_call_bounded_by_the_timeout) {
  * another call from the importer: otherwise a strict close fails naming a
  * process that holds nothing, and a default close keeps the memory. */
 TEST(timed_out_import_leaves_no_reference_behind) {
-  int timeout_ms = under_valgrind() ? 2000 : 300;
+  /* long enough that the calls that must succeed do, on any machine */
+  int timeout_ms = under_valgrind() ? 20000 : 5000;
   set_timeout_ms(timeout_ms);
   chan ca;
   char ka[KEYLEN];
@@ -497,7 +522,10 @@ TEST(timed_out_import_leaves_no_reference_behind) {
   stop_process(apid);
   CHECK_MSG(aclrtIpcMemImportByKey(&p, ka, 0), ACL_ERROR_RT_IPC_ERROR, "no reply");
   kill(apid, SIGCONT);
-  usleep(200000); /* the exporter serves the queued request */
+  /* Most likely the exporter serves the queued request (and the CANCEL) by
+   * the end of this; if not, its strict close counts what the importer sent
+   * first: the outcome is the same either way, only the path differs. */
+  usleep(200000);
   /* this process holds nothing: the exporter's strict close must succeed */
   send_int(ca.down[1], 1);
   CHECK_EQ(th_wait(apid), 0);
@@ -543,8 +571,17 @@ static void *pipe_loop(void *arg) {
   return NULL;
 }
 
+static long sum_field(pipe_worker *w, int n, int timeouts) {
+  long t = 0;
+  for (int i = 0; i < n; i++) t += __atomic_load_n(timeouts ? &w[i].timeouts : &w[i].ok, __ATOMIC_RELAXED);
+  return t;
+}
+
+/* The stops are ordered by what the workers report, not by sleeps against
+ * the timeout: the short stop lasts 50 ms against a timeout of 6 s (20 s
+ * under valgrind), the long one until every thread has timed out. */
 TEST(threads_sharing_a_connection_through_stops_and_timeouts) {
-  int timeout_ms = under_valgrind() ? 3000 : 600;
+  int timeout_ms = under_valgrind() ? 20000 : 6000;
   double T = set_timeout_ms(timeout_ms);
   chan ca;
   enum { N = 8 };
@@ -557,17 +594,19 @@ TEST(threads_sharing_a_connection_through_stops_and_timeouts) {
     w[i] = (pipe_worker){ka, i, &stop, 0, 0, 0};
     CHECK(pthread_create(&t[i], NULL, pipe_loop, &w[i]) == 0);
   }
-  usleep((useconds_t)(T * 1e6 / 2));
-  stop_process(apid); /* shorter than the timeout */
-  usleep((useconds_t)(T * 1e6 / 3));
+  while (sum_field(w, N, 0) < N) usleep(1000); /* traffic on the connection */
+  stop_process(apid); /* far shorter than the timeout */
+  usleep(50000);
   kill(apid, SIGCONT);
-  usleep((useconds_t)(T * 1e6 / 2));
-  long timeouts_short = 0;
-  for (int i = 0; i < N; i++) timeouts_short += __atomic_load_n(&w[i].timeouts, __ATOMIC_RELAXED);
-  stop_process(apid); /* longer */
-  usleep((useconds_t)(T * 1e6 * 2));
+  long ok0 = sum_field(w, N, 0);
+  while (sum_field(w, N, 0) < ok0 + N) usleep(1000); /* served again */
+  long timeouts_short = sum_field(w, N, 1);
+  stop_process(apid); /* longer: until every thread has timed out */
+  for (int i = 0; i < N; i++)
+    while (__atomic_load_n(&w[i].timeouts, __ATOMIC_RELAXED) == 0) usleep(1000);
   kill(apid, SIGCONT);
-  usleep((useconds_t)(T * 1e6 / 2));
+  ok0 = sum_field(w, N, 0);
+  while (sum_field(w, N, 0) < ok0 + N) usleep(1000); /* and served again */
   __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
   long ok = 0, timeouts = 0;
   double worst = 0;
@@ -582,9 +621,11 @@ TEST(threads_sharing_a_connection_through_stops_and_timeouts) {
   send_int(ca.down[1], 1);
   CHECK_EQ(th_wait(apid), 0); /* strict closes: cancelled grants came back too */
   chan_close(&ca);
-  CHECK_EQ(timeouts_short, 0);
-  CHECK(timeouts >= N);        /* every thread was caught by the long stop */
-  CHECK(worst < T * 1.5 + 0.3); /* its own timeout, not others' too */
+  CHECK_EQ(timeouts_short, 0); /* 50 ms of stop against 6 s of timeout */
+  CHECK(timeouts >= N);         /* every thread was caught by the long stop */
+  /* its own timeout, not others' too (about 2T): 1.5T leaves 0.5T (3 s,
+   * 10 s under valgrind) for the machine */
+  CHECK(worst < T * 1.5);
   CHECK(ok > 0);
   CHECK_OK(aclFinalize());
 }
@@ -843,13 +884,11 @@ TEST(fd_limit_in_the_importer_error_names_the_cause) {
  * choice; a crash, a hang or a silent success with bad memory is not. */
 static aclError import_expect_failure(const char *key, void **p) {
   *p = NULL;
-  double t0 = now_s();
   aclError rc = aclrtIpcMemImportByKey(p, key, 0);
   const char *m = aclGetRecentErrMsg();
   if (rc == ACL_SUCCESS) th_fail(__FILE__, __LINE__, "import succeeded without descriptors to spare");
   if (!m || !*m) th_fail(__FILE__, __LINE__, "import failed with %d and no message", rc);
-  CHECK(*p == NULL);
-  CHECK(now_s() - t0 < 5);
+  CHECK(*p == NULL); /* (a hang: the test's timeout is a day, the harness's limit ends it) */
   fprintf(stderr, "    -> %d: %s\n", rc, m);
   snprintf(g_last_msg, sizeof g_last_msg, "%s", m);
   return rc;
@@ -857,6 +896,7 @@ static aclError import_expect_failure(const char *key, void **p) {
 
 TEST(fd_limit_in_the_importer_clear_error_then_recovery) {
   if (skip_under_valgrind()) return;
+  timeout_never(); /* each failure for want of descriptors, at once: a wait for a timeout would hang */
   chan cx;
   char kx[2][KEYLEN];
   int xpid = start_key_exporter(&cx, 2, kx); /* strict: counts checked at its end */
@@ -915,7 +955,7 @@ static int fdlim_importer(chan *c, void *arg) {
 TEST(fd_limit_in_the_exporter_clear_error_then_recovery) {
   if (skip_under_valgrind()) return;
   setenv("ASCEND_IPC_STRICT", "1", 1);
-  int timeout_ms = under_valgrind() ? 3000 : 500;
+  int timeout_ms = 5000; /* the calls that must succeed do, however loaded the machine */
   set_timeout_ms(timeout_ms);
   char k0[KEYLEN], k1[KEYLEN];
   uint8_t *p0 = export_new(PAGE, EXPORT_ANY, k0);
@@ -1068,7 +1108,7 @@ static int ledger_vandal(chan *c, void *arg) {
   ledger[s0] = 0xffffffffu;
   send_int(c->up[1], 1);
   /* the exporter, taking those counts in, drops this connection: only it */
-  CHECK(peer_closed(sock, 10));
+  CHECK(peer_closed(sock));
   close(sock);
   munmap(ledger, 16384 * 4);
   send_int(c->up[1], 2);
@@ -1174,8 +1214,9 @@ static size_t hostile_packet(uint64_t *rs, const key_rec *k, uint8_t *b, size_t 
 
 typedef struct flood_arg {
   char (*keys)[KEYLEN];
-  double seconds;
+  int cycles;      /* the worker's, a count: no clock decides how much work is enough */
   int index;
+  int *stop;       /* shared: the hostiles flood until it is set */
 } flood_arg;
 
 typedef struct flood_stats {
@@ -1188,9 +1229,13 @@ static int flood_hostile(chan *c, void *argp) {
   uint64_t rs = (uint64_t)getpid() * 0x2545F4914F6CDD1Dull;
   flood_stats st = {0, 0, 0, 0};
   int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  double t0 = now_s();
   static uint8_t b[8192];
-  while (now_s() - t0 < a->seconds) {
+  int told = 0;
+  while (!__atomic_load_n(a->stop, __ATOMIC_ACQUIRE)) {
+    if (st.connections >= 1 && !told) {
+      send_int(c->up[1], 1); /* flooding: the worker may start */
+      told = 1;
+    }
     key_rec k = key_decode(a->keys[xs(&rs) % FLOOD_KEYS]);
     int sock = raw_connect(a->keys[0]);
     if (sock < 0) {
@@ -1245,8 +1290,8 @@ static int flood_worker(chan *c, void *argp) {
   flood_arg *a = argp;
   worker_stats st = {0, 0};
   uint32_t gen[FLOOD_KEYS] = {0};
-  double t0 = now_s();
-  while (now_s() - t0 < a->seconds) {
+  CHECK_EQ(recv_int(c->down[0]), 1); /* every hostile is flooding */
+  while (st.cycles < (uint64_t)a->cycles) {
     int k = (int)(st.cycles % FLOOD_KEYS);
     double s0 = now_s();
     void *p = NULL;
@@ -1268,7 +1313,13 @@ static int flood_worker(chan *c, void *argp) {
 
 TEST(hostile_flood_while_an_importer_keeps_working) {
   setenv("ASCEND_IPC_STRICT", "1", 1);
-  double seconds = under_valgrind() ? 4 : 2;
+  /* The worker's cycles are counted, not timed, and the flood lasts until
+   * they are done: a starved worker runs into the harness's time limit, a
+   * slow one passes. */
+  int cycles = under_valgrind() ? 60 : 300;
+  int *stop = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(stop != MAP_FAILED);
+  *stop = 0;
   char keys[FLOOD_KEYS][KEYLEN];
   uint8_t *ptr[FLOOD_KEYS];
   for (int k = 0; k < FLOOD_KEYS; k++) {
@@ -1283,10 +1334,17 @@ TEST(hostile_flood_while_an_importer_keeps_working) {
   int pid[H + 1];
   flood_arg args[H + 1];
   for (int i = 0; i <= H; i++) {
-    args[i] = (flood_arg){keys, seconds, i};
+    args[i] = (flood_arg){keys, cycles, i, stop};
     chan_open(&c[i]);
     pid[i] = chan_spawn(&c[i], i == H ? flood_worker : flood_hostile, &args[i]);
   }
+  for (int i = 0; i < H; i++) CHECK_EQ(recv_int(c[i].up[0]), 1);
+  send_int(c[H].down[1], 1);
+  worker_stats ws;
+  uint32_t gen[FLOOD_KEYS];
+  from_child(&c[H], &ws, sizeof ws);
+  th_read(c[H].up[0], gen, sizeof gen);
+  __atomic_store_n(stop, 1, __ATOMIC_RELEASE);
   flood_stats tot = {0, 0, 0, 0};
   for (int i = 0; i < H; i++) {
     flood_stats st;
@@ -1296,10 +1354,6 @@ TEST(hostile_flood_while_an_importer_keeps_working) {
     tot.dropped += st.dropped;
     tot.fds_received += st.fds_received;
   }
-  worker_stats ws;
-  uint32_t gen[FLOOD_KEYS];
-  from_child(&c[H], &ws, sizeof ws);
-  th_read(c[H].up[0], gen, sizeof gen);
   for (int i = 0; i <= H; i++) {
     CHECK_EQ(th_wait(pid[i]), 0);
     chan_close(&c[i]);
@@ -1309,8 +1363,7 @@ TEST(hostile_flood_while_an_importer_keeps_working) {
           "meanwhile %llu clean import/check/write/close cycles, worst %.1f ms\n",
           (unsigned long long)tot.packets, (unsigned long long)tot.connections, (unsigned long long)tot.dropped,
           (unsigned long long)ws.cycles, ws.worst_s * 1e3);
-  CHECK(ws.cycles > 50);
-  CHECK(ws.worst_s < 1.0);
+  CHECK_EQ(ws.cycles, cycles); /* each one checked its data as it went; how fast is the benchmark's question */
   for (int k = 0; k < FLOOD_KEYS; k++) {
     CHECK(check_pattern(ptr[k], PAGE, 300u + (uint32_t)k));
     CHECK(check_pattern(ptr[k] + PAGE, PAGE, 400u + gen[k]));
@@ -1318,6 +1371,7 @@ TEST(hostile_flood_while_an_importer_keeps_working) {
   /* every hostile connection is gone, with whatever it held */
   proc_snap_expect(&start, 0, 5, "exporter after the flood");
   proc_snap_free(&start);
+  munmap(stop, sizeof(int)); /* (in the snapshot: unmapped after it) */
   for (int k = 0; k < FLOOD_KEYS; k++) {
     CHECK_OK(aclrtIpcMemClose(keys[k])); /* strict */
     CHECK_OK(aclrtFree(ptr[k]));
@@ -1365,12 +1419,10 @@ static int fake_importer(chan *c, void *arg) {
   proc_snap_take(&start, 0);
   for (int i = 0; i < N_FAKE; i++) {
     void *p = NULL;
-    double t0 = now_s();
     aclError rc = aclrtIpcMemImportByKey(&p, key, 0);
     const char *m = aclGetRecentErrMsg();
     if (rc == ACL_SUCCESS || !m || !*m || p != NULL)
       th_fail(__FILE__, __LINE__, "case \"%s\": import returned %d (%s)", fake_cases[i].what, rc, m ? m : "no message");
-    CHECK(now_s() - t0 < 5);
     send_int(c->up[1], rc);
   }
   CHECK_OK(aclFinalize());
@@ -1381,7 +1433,9 @@ static int fake_importer(chan *c, void *arg) {
 }
 
 TEST(hostile_exporter_replies_fail_cleanly) {
-  set_timeout_ms(under_valgrind() ? 3000 : 500);
+  /* each malformed reply fails its import for what it is, however slowly
+   * this stand-in answers: a day's timeout, so a wait for one would hang */
+  timeout_never();
   char key[KEYLEN];
   int ls = fake_exporter_listen(0x5eed5eed5eedull, 42, key);
   int mfd = memfd_create("fake_arena", MFD_CLOEXEC);

@@ -157,7 +157,8 @@ static void importer_warm_up(const stress_cfg *c, char (*keys)[KEYLEN], shared_p
     import_ok(&p, keys[k], st);
     close_ok(keys[k], st);
   }
-  double t0 = now_s();
+  /* until one works, however long the churn takes on a loaded machine (a
+   * never runs into the harness's time limit) */
   for (int s = 0;; s = (s + 1) % c->churn) {
     char key[KEYLEN] = {0};
     uint32_t gen, size;
@@ -167,7 +168,6 @@ static void importer_warm_up(const stress_cfg *c, char (*keys)[KEYLEN], shared_p
       CHECK_OK(aclrtIpcMemClose(key));
       break;
     }
-    CHECK(now_s() - t0 < 10);
   }
 }
 
@@ -389,13 +389,12 @@ static int churn_main(chan *ch, void *argp) {
     CHECK_OK(aclrtFree(ptr[s]));
     st.closes++;
   }
-  /* the importers are done: every deferred free has happened, or happens now */
+  /* the importers are done: every deferred free has happened, or happens now
+   * (soon; a never runs into the harness's time limit) */
   size_t fr = 0;
-  double t0 = now_s();
   do {
     CHECK_OK(aclrtGetMemInfo(ACL_HBM_MEM, &fr, &tot));
     if (fr != free0) usleep(2000);
-    CHECK(now_s() - t0 < 10);
   } while (fr != free0);
   CHECK_OK(aclFinalize());
   proc_snap_expect(&start, 0, 5, "churning exporter (after aclFinalize)");
