@@ -2,7 +2,6 @@
 
 import gc
 import pickle
-import time
 
 import numpy as np
 import pytest
@@ -95,12 +94,11 @@ def test_page_rounding_and_device():
 
 def test_large_allocation_is_cheap():
     rss = _rss()
-    t0 = time.perf_counter()
     a = aipc.empty(1 << 30, dtype="uint8")
-    elapsed = time.perf_counter() - t0
     assert a.nbytes == 1 << 30
-    assert elapsed < 1.0
-    assert _rss() - rss < 64 << 10  # KiB: nothing was touched
+    # cheap means nothing was touched (how fast is the benchmark's question: a clock
+    # here would measure the machine's load)
+    assert _rss() - rss < 64 << 10  # KiB
     x = np.from_dlpack(a)
     x[-1] = 7  # one page
     assert a[-1:].numpy()[0] == 7

@@ -53,7 +53,9 @@ def _unshare_or_skip(flags):
 
 def _open_in(flags, handle):
     tool = _unshare_or_skip(flags)
-    env = dict(os.environ, ASCEND_IPC_PROVIDER="emulated")
+    # a day's timeout: a refusal that waited for one would run into the subprocess's
+    # 60 s limit, however loaded the machine; no clock decides "at once"
+    env = dict(os.environ, ASCEND_IPC_PROVIDER="emulated", ASCEND_IPC_TIMEOUT_MS="86400000")
     r = subprocess.run([tool, *flags, sys.executable, "-c", OPENER], input=pickle.dumps(handle),
                        capture_output=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr.decode()
@@ -64,8 +66,7 @@ def _assert_refused(out, says, call):
     assert "opened" not in out, out
     assert out["code"] == 207000 and out["name"] == "ACL_ERROR_RT_FEATURE_NOT_SUPPORT", out
     assert says in out["message"] and "gone" not in out["message"], out
-    assert out["call"] == call
-    assert out["seconds"] < 2.0, out  # at once, not after a timeout
+    assert out["call"] == call  # for its place (FEATURE_NOT_SUPPORT), not a timeout (507022)
 
 
 @pytest.mark.parametrize("where", sorted(NAMESPACES))
@@ -117,10 +118,9 @@ def test_shareable_handle_from_another_host():
         boot, net, pid = h.place
         elsewhere = aipc.ShareableHandle(h.value, h.size, h.device, h.pid, (boot ^ 1, net, pid))
         elsewhere = pickle.loads(pickle.dumps(elsewhere))
-        t0 = time.monotonic()
         with pytest.raises(aipc.AclError) as info:
             elsewhere.open()
-        assert time.monotonic() - t0 < 1.0
+        # refused for its place (a timeout would be 507022 "no reply"), so at once
         assert info.value.code == 207000 and "on another host" in info.value.message
         assert info.value.call == "aclrtMemImportFromShareableHandle"
         # unknown parts are no evidence: a handle without a place (from a C program) is tried

@@ -299,7 +299,8 @@ WAITER = textwrap.dedent(
         {wait}
         print("finished", flush=True)
     except KeyboardInterrupt:
-        print("interrupted %.2f" % (time.monotonic() - t0), flush=True)
+        # interrupted mid-wait: the work it waited for is still going (not "after it ended")
+        print("interrupted %s %.2f" % ("pending" if not e.query() else "done", time.monotonic() - t0), flush=True)
     os._exit(0)  # without waiting for the rest of the work (it goes on until then)
     """
 )
@@ -312,11 +313,12 @@ def test_ctrl_c_interrupts_a_wait(wait):
     try:
         assert p.stdout.readline().strip() == "waiting"
         time.sleep(0.5)
-        t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
         line = p.stdout.readline().strip()
-        assert line.startswith("interrupted"), line
-        assert time.monotonic() - t0 < 3.0
+        # the wait ended by the signal while its work was still pending, however long the
+        # signal took to arrive on a loaded machine (no clock: a wait that ignored it would
+        # end with the work done, or run into the test's timeout)
+        assert line.startswith("interrupted pending"), line
     finally:
         p.wait(120)
         p.stdout.close()
