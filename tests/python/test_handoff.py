@@ -22,6 +22,13 @@ pytestmark = pytest.mark.timeout(240)
 METHODS = ["fork", "spawn", "forkserver"]
 
 
+@pytest.fixture(autouse=True)
+def _only_this_tests_holds():
+    # Each test counts the holds it makes: those that earlier tests' pickles left (held until
+    # their deadline, by design) go first, whichever files ran before this one.
+    _handoff.release_all()
+
+
 def _settle(pred, timeout=10.0):
     """Waits until pred() (the release datagram is asynchronous); returns its last value."""
     deadline = time.monotonic() + timeout
