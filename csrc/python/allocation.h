@@ -53,6 +53,8 @@ typedef struct aipc_py_allocation {
   long pid;           /* the process that allocated or imported it */
   int released;       /* given back to the runtime (or forgotten after fork) */
   int registered;     /* in the module's registry */
+  Py_ssize_t busy;    /* runtime calls on the memory now running with the GIL released
+                         (aipc_py_allocation_call); changed only with the GIL held */
   aipc_py_import *import;           /* IMPORTED: its place in the key's order */
   PyObject *exporter;               /* IMPORTED from this process's own export: the exported
                                        allocation, kept until the import is closed */
@@ -90,6 +92,17 @@ int aipc_py_allocation_check(aipc_py_allocation *a, const char *what);
  * Failures releasing older imports of the key, whose objects are gone, are
  * ResourceWarnings. Releases the GIL. */
 int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py_failure *f, int final);
+
+/* aipc_py_call on a's device, counted in a->busy (and b->busy: the other side
+ * of a copy, or NULL) while the GIL is released, so that a close in another
+ * thread waits for it (aipc_py_allocation_wait). The caller holds strong
+ * references to both. */
+int aipc_py_allocation_call(aipc_py_state *st, aipc_py_allocation *a, aipc_py_allocation *b,
+                            aipc_py_released_fn body, void *arg);
+/* Waits, with the GIL released, until no call counted in a->busy is running
+ * while the caller's reference and those calls' are the only ones left (the
+ * close of the last user frees the memory next). */
+void aipc_py_allocation_wait(aipc_py_allocation *a);
 
 /* Live export of this allocation with these flags and link, or NULL. */
 aipc_py_export_rec *aipc_py_allocation_find_export(aipc_py_allocation *a, uint64_t flags, int link);

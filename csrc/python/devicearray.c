@@ -244,9 +244,13 @@ static PyObject *array_numpy(PyObject *op, PyObject *unused) {
   char *tmp = NULL;
   Py_ssize_t itemsize = PyDataType_ELSIZE(SELF->dtype), lo, hi;
 
+  /* Ours until the end: allocating (a GC pass, a finalizer) may run code that
+   * closes this array. */
+  Py_INCREF(alloc);
   Py_INCREF(SELF->dtype);
   result = PyArray_Empty(SELF->ndim, (npy_intp *)SELF->shape, SELF->dtype, 0);
-  if (result == NULL || SELF->nbytes == 0) return result;
+  if (result == NULL) goto fail;
+  if (SELF->nbytes == 0) goto done;
   if (aipc_py_extent(SELF->ndim, SELF->shape, SELF->strides, itemsize, &lo, &hi) < 0) goto fail;
 
   int contiguous = aipc_py_c_contiguous(SELF->ndim, SELF->shape, SELF->strides, itemsize);
@@ -266,10 +270,7 @@ static PyObject *array_numpy(PyObject *op, PyObject *unused) {
   }
 
   memcpy_call c = {dst, src, count, ACL_MEMCPY_DEVICE_TO_HOST};
-  Py_INCREF(alloc); /* nothing frees it while the GIL is released */
-  int rc = aipc_py_call(st, alloc->device, copy_bytes, &c);
-  Py_DECREF(alloc);
-  if (rc < 0) goto fail;
+  if (aipc_py_allocation_call(st, alloc, NULL, copy_bytes, &c) < 0) goto fail;
 
   if (!contiguous) {
     Py_INCREF(SELF->dtype);
@@ -277,15 +278,15 @@ static PyObject *array_numpy(PyObject *op, PyObject *unused) {
                                   (npy_intp *)SELF->strides, tmp - lo, 0, NULL);
     if (staged == NULL) goto fail;
     if (PyArray_CopyInto((PyArrayObject *)result, (PyArrayObject *)staged) < 0) goto fail;
-    Py_DECREF(staged);
-    PyMem_RawFree(tmp);
   }
-  return result;
+  goto done;
 fail:
+  Py_CLEAR(result);
+done:
   Py_XDECREF(staged);
   PyMem_RawFree(tmp);
-  Py_XDECREF(result);
-  return NULL;
+  Py_DECREF(alloc);
+  return result;
 }
 
 typedef struct memcpy_async_call {
@@ -301,18 +302,13 @@ static void copy_bytes_async(const aipc_provider *p, aipc_py_failure *f, int32_t
 
 /* Copies c on stream_obj (None: now, aclrtMemcpy), keeping keep alive until
  * the stream's synchronize(). 0 or -1. */
-static int copy_on(aipc_py_state *st, aipc_py_allocation *alloc, memcpy_call *c, PyObject *stream_obj,
-                   PyObject *keep) {
-  if (stream_obj == Py_None) {
-    Py_INCREF(alloc); /* nothing frees it while the GIL is released */
-    int rc = aipc_py_call(st, alloc->device, copy_bytes, c);
-    Py_DECREF(alloc);
-    return rc;
-  }
+static int copy_on(aipc_py_state *st, aipc_py_allocation *alloc, aipc_py_allocation *from, memcpy_call *c,
+                   PyObject *stream_obj, PyObject *keep) {
+  if (stream_obj == Py_None) return aipc_py_allocation_call(st, alloc, from, copy_bytes, c);
   memcpy_async_call a = {*c, NULL};
   if (aipc_py_stream_arg(st, stream_obj, &a.stream) < 0) return -1;
   if (aipc_py_stream_keep(stream_obj, keep) < 0 || aipc_py_stream_keep(stream_obj, (PyObject *)alloc) < 0) return -1;
-  return aipc_py_call(st, alloc->device, copy_bytes_async, &a);
+  return aipc_py_allocation_call(st, alloc, from, copy_bytes_async, &a);
 }
 
 /* copy_from(src, stream=None): a copy into this (C-contiguous) view, from
@@ -322,8 +318,7 @@ static PyObject *array_copy_from(PyObject *op, PyObject *args, PyObject *kwargs)
   PyObject *src_obj, *stream_obj = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:copy_from", kwlist, &src_obj, &stream_obj)) return NULL;
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
-  aipc_py_allocation *alloc = aipc_py_array_checked(SELF);
-  if (alloc == NULL) return NULL;
+  if (aipc_py_array_checked(SELF) == NULL) return NULL;
   aclrtStream check;
   if (aipc_py_stream_arg(st, stream_obj, &check) < 0) return NULL;
   Py_ssize_t itemsize = PyDataType_ELSIZE(SELF->dtype);
@@ -333,10 +328,13 @@ static PyObject *array_copy_from(PyObject *op, PyObject *args, PyObject *kwargs)
                     "array this view was sliced from");
     return NULL;
   }
+  PyObject *ret = NULL;
+  aipc_py_allocation *alloc = NULL, *falloc = NULL;
+  PyArrayObject *src = NULL, *host = NULL;
+  memcpy_call c;
   if (Py_TYPE(src_obj) == st->array_type) { /* device to device: same dtype and shape, both contiguous */
     aipc_py_array *from = (aipc_py_array *)src_obj;
-    aipc_py_allocation *falloc = aipc_py_array_checked(from);
-    if (falloc == NULL) return NULL;
+    if (aipc_py_array_checked(from) == NULL) return NULL;
     int same = from->ndim == SELF->ndim && PyArray_EquivTypes(from->dtype, SELF->dtype);
     for (int i = 0; same && i < SELF->ndim; i++) same = from->shape[i] == SELF->shape[i];
     if (!same) {
@@ -348,39 +346,46 @@ static PyObject *array_copy_from(PyObject *op, PyObject *args, PyObject *kwargs)
       return NULL;
     }
     if (SELF->nbytes == 0) Py_RETURN_NONE;
-    memcpy_call c = {(char *)alloc->base + SELF->offset, (char *)falloc->base + from->offset, (size_t)SELF->nbytes,
-                     ACL_MEMCPY_DEVICE_TO_DEVICE};
-    if (stream_obj != Py_None && aipc_py_stream_keep(stream_obj, (PyObject *)falloc) < 0) return NULL;
-    if (copy_on(st, alloc, &c, stream_obj, src_obj) < 0) return NULL;
-    Py_RETURN_NONE;
+    /* Both held until the end, no code run in between: a close in another
+     * thread waits for the copy (aipc_py_allocation_wait). */
+    alloc = (aipc_py_allocation *)Py_NewRef(SELF->alloc);
+    falloc = (aipc_py_allocation *)Py_NewRef(from->alloc);
+    c = (memcpy_call){(char *)alloc->base + SELF->offset, (char *)falloc->base + from->offset,
+                      (size_t)SELF->nbytes, ACL_MEMCPY_DEVICE_TO_DEVICE};
+    if (stream_obj != Py_None && aipc_py_stream_keep(stream_obj, (PyObject *)falloc) < 0) goto done;
+    if (copy_on(st, alloc, falloc, &c, stream_obj, src_obj) < 0) goto done;
+    ret = Py_NewRef(Py_None);
+    goto done;
   }
-  PyArrayObject *src = (PyArrayObject *)PyArray_FROM_O(src_obj);
-  if (src == NULL) return NULL;
+  src = (PyArrayObject *)PyArray_FROM_O(src_obj);
+  if (src == NULL) goto done;
   if (!PyArray_CanCastTypeTo(PyArray_DESCR(src), SELF->dtype, NPY_SAME_KIND_CASTING)) {
     PyErr_Format(PyExc_TypeError, "copy_from(): cannot cast %S to %S (same_kind casting)",
                  (PyObject *)PyArray_DESCR(src), (PyObject *)SELF->dtype);
-    Py_DECREF(src);
-    return NULL;
+    goto done;
   }
   Py_INCREF(SELF->dtype);
-  PyArrayObject *host = (PyArrayObject *)PyArray_Empty(SELF->ndim, (npy_intp *)SELF->shape, SELF->dtype, 0);
-  if (host == NULL || PyArray_CopyInto(host, src) < 0) { /* broadcasts; wrong shapes: ValueError */
-    Py_XDECREF(host);
-    Py_DECREF(src);
-    return NULL;
-  }
-  Py_DECREF(src);
+  host = (PyArrayObject *)PyArray_Empty(SELF->ndim, (npy_intp *)SELF->shape, SELF->dtype, 0);
+  if (host == NULL || PyArray_CopyInto(host, src) < 0) goto done; /* broadcasts; wrong shapes: ValueError */
+  /* Converting ran code (src.__array__) and released the GIL (numpy's large
+   * copies): another thread may have closed this array meanwhile. */
+  alloc = aipc_py_array_checked(SELF);
+  if (alloc == NULL) goto done;
+  Py_INCREF(alloc);
   if (SELF->nbytes == 0) {
-    Py_DECREF(host);
-    Py_RETURN_NONE;
+    ret = Py_NewRef(Py_None);
+    goto done;
   }
-
-  memcpy_call c = {(char *)alloc->base + SELF->offset, PyArray_DATA(host), (size_t)SELF->nbytes,
-                   ACL_MEMCPY_HOST_TO_DEVICE};
-  int rc = copy_on(st, alloc, &c, stream_obj, (PyObject *)host); /* the staged copy lives as long as the work */
-  Py_DECREF(host);
-  if (rc < 0) return NULL;
-  Py_RETURN_NONE;
+  c = (memcpy_call){(char *)alloc->base + SELF->offset, PyArray_DATA(host), (size_t)SELF->nbytes,
+                    ACL_MEMCPY_HOST_TO_DEVICE};
+  if (copy_on(st, alloc, NULL, &c, stream_obj, (PyObject *)host) < 0) goto done; /* host lives as long as the work */
+  ret = Py_NewRef(Py_None);
+done:
+  Py_XDECREF(host);
+  Py_XDECREF(src);
+  Py_XDECREF(falloc);
+  Py_XDECREF(alloc);
+  return ret;
 }
 
 /* __array__(dtype=None, copy=None): numpy's conversion protocol. Device memory
@@ -412,10 +417,13 @@ static PyObject *array_array(PyObject *op, PyObject *args, PyObject *kwargs) {
   return cast;
 }
 
+/* close(): new calls fail at once; if this array is the memory's last user,
+ * waits for the calls other threads still run on it, then frees it. */
 static PyObject *array_close(PyObject *op, PyObject *unused) {
   aipc_py_allocation *alloc = SELF->alloc;
   if (alloc == NULL) Py_RETURN_NONE; /* closing twice is harmless */
   SELF->alloc = NULL;                /* other threads see it closed from now on */
+  aipc_py_allocation_wait(alloc);    /* with the GIL released */
   if (Py_REFCNT(alloc) == 1 && !alloc->released && !aipc_py_allocation_foreign(alloc)) {
     /* The last user: give the memory back here, so a refusal (ASCEND_IPC_STRICT=1
      * with importers still attached) is an exception, not a warning. */
