@@ -3,7 +3,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 /* ---- registry ------------------------------------------------------------ */
 
@@ -289,32 +288,18 @@ int aipc_py_allocation_release(aipc_py_state *st, aipc_py_allocation *a, aipc_py
 
 int aipc_py_allocation_call(aipc_py_state *st, aipc_py_allocation *a, aipc_py_allocation *b,
                             aipc_py_released_fn body, void *arg) {
-  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-  a->busy++;
-  if (b != NULL) b->busy++;
-  aclError rc = aipc_py_call_released(st->provider, &f, a->device, body, arg);
-  if (b != NULL) b->busy--;
-  a->busy--; /* before any Python code can run in this thread again */
-  if (rc != ACL_SUCCESS) {
-    aipc_py_raise(st, &f);
-    return -1;
-  }
-  return 0;
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&a->busy, b != NULL ? &b->busy : NULL, NULL};
+  return aipc_py_call_counted(st, a->device, busy, body, arg);
 }
 
-void aipc_py_allocation_wait(aipc_py_allocation *a) {
-  /* Every busy call holds a reference: refcount - busy == 1 means nobody but
-   * the caller and those calls can reach the memory. A busy call never runs
-   * Python code, so it is never this thread's own; each ends by itself. */
-  long ns = 20000;
-  while (a->busy > 0 && Py_REFCNT(a) - a->busy == 1) {
-    Py_BEGIN_ALLOW_THREADS
-    struct timespec ts = {0, ns};
-    nanosleep(&ts, NULL);
-    Py_END_ALLOW_THREADS
-    if (ns < 1000000) ns *= 2;
-  }
+/* Every busy call holds a reference: refcount - busy == 1 means nobody but
+ * the caller and those calls can reach the memory. */
+static int last_user(void *arg) {
+  aipc_py_allocation *a = arg;
+  return Py_REFCNT(a) - a->busy == 1;
 }
+
+void aipc_py_allocation_wait(aipc_py_allocation *a) { aipc_py_wait_idle(&a->busy, last_user, a); }
 
 static int allocation_traverse(PyObject *self, visitproc visit, void *arg) {
   Py_VISIT(Py_TYPE(self));

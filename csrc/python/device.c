@@ -4,6 +4,7 @@
  * and the device= argument every such function takes.
  */
 #include "module.h"
+#include <time.h>
 
 /* ---- the current device around a call -------------------------------------- */
 
@@ -64,6 +65,32 @@ int aipc_py_call(aipc_py_state *st, int32_t device, aipc_py_released_fn body, vo
     return -1;
   }
   return 0;
+}
+
+int aipc_py_call_counted(aipc_py_state *st, int32_t device, Py_ssize_t *busy[AIPC_PY_BUSY_MAX],
+                         aipc_py_released_fn body, void *arg) {
+  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+  for (int i = 0; i < AIPC_PY_BUSY_MAX; i++)
+    if (busy[i] != NULL) ++*busy[i];
+  aclError rc = aipc_py_call_released(st->provider, &f, device, body, arg);
+  for (int i = 0; i < AIPC_PY_BUSY_MAX; i++)
+    if (busy[i] != NULL) --*busy[i];
+  if (rc != ACL_SUCCESS) {
+    aipc_py_raise(st, &f);
+    return -1;
+  }
+  return 0;
+}
+
+void aipc_py_wait_idle(Py_ssize_t *busy, int (*keep_waiting)(void *), void *arg) {
+  long ns = 20000;
+  while (*busy > 0 && (keep_waiting == NULL || keep_waiting(arg))) {
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+    Py_END_ALLOW_THREADS
+    if (ns < 1000000) ns *= 2;
+  }
 }
 
 int32_t aipc_py_current_device(const aipc_provider *p) {

@@ -308,7 +308,9 @@ static int copy_on(aipc_py_state *st, aipc_py_allocation *alloc, aipc_py_allocat
   memcpy_async_call a = {*c, NULL};
   if (aipc_py_stream_arg(st, stream_obj, &a.stream) < 0) return -1;
   if (aipc_py_stream_keep(stream_obj, keep) < 0 || aipc_py_stream_keep(stream_obj, (PyObject *)alloc) < 0) return -1;
-  return aipc_py_allocation_call(st, alloc, from, copy_bytes_async, &a);
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&alloc->busy, from != NULL ? &from->busy : NULL,
+                                        aipc_py_stream_busy(stream_obj)};
+  return aipc_py_call_counted(st, alloc->device, busy, copy_bytes_async, &a);
 }
 
 /* copy_from(src, stream=None): a copy into this (C-contiguous) view, from

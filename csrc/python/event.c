@@ -207,7 +207,8 @@ int aipc_py_event_record(aipc_py_state *st, aipc_py_event *ev, PyObject *stream_
   if (aipc_py_event_usable(ev) < 0) return -1;
   event_call c = {.handle = ev->handle};
   if (aipc_py_stream_arg(st, stream_obj, &c.stream) < 0) return -1;
-  return aipc_py_call(st, ev->device, record_event, &c);
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {aipc_py_stream_busy(stream_obj), NULL, NULL};
+  return aipc_py_call_counted(st, ev->device, busy, record_event, &c);
 }
 
 int aipc_py_event_wait_handle(aipc_py_state *st, const aclrtIpcEventHandle *h, int32_t device) {

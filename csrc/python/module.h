@@ -148,6 +148,20 @@ aclError aipc_py_call_released(const aipc_provider *p, aipc_py_failure *f, int32
 /* The same, raising the failure: 0, or -1 with AclError set. */
 int aipc_py_call(aipc_py_state *st, int32_t device, aipc_py_released_fn body, void *arg);
 
+/*
+ * aipc_py_call counting the call in each non-NULL busy[i] (of AIPC_PY_BUSY_MAX)
+ * while the GIL is released: the counters of the objects whose resources it
+ * uses, whose close() waits for them to drop (aipc_py_wait_idle). The counts
+ * drop before any Python code can run in this thread again, so a close never
+ * waits for its own thread. Counters change only with the GIL held.
+ */
+#define AIPC_PY_BUSY_MAX 3
+int aipc_py_call_counted(aipc_py_state *st, int32_t device, Py_ssize_t *busy[AIPC_PY_BUSY_MAX],
+                         aipc_py_released_fn body, void *arg);
+/* Sleeps with the GIL released until *busy is 0, or until keep_waiting (if
+ * not NULL) returns 0 for arg. */
+void aipc_py_wait_idle(Py_ssize_t *busy, int (*keep_waiting)(void *), void *arg);
+
 /* The calling thread's current device (0 when it has none). No GIL needed. */
 int32_t aipc_py_current_device(const aipc_provider *p);
 

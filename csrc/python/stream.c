@@ -29,6 +29,10 @@ int aipc_py_stream_arg(aipc_py_state *st, PyObject *obj, aclrtStream *handle) {
   return 0;
 }
 
+Py_ssize_t *aipc_py_stream_busy(PyObject *obj) {
+  return obj == NULL || obj == Py_None ? NULL : &((aipc_py_stream *)obj)->busy;
+}
+
 int aipc_py_stream_keep(PyObject *stream, PyObject *obj) {
   if (stream == NULL || stream == Py_None) return 0;
   return PyList_Append(((aipc_py_stream *)stream)->pending, obj);
@@ -104,8 +108,19 @@ static PyObject *stream_synchronize(PyObject *op, PyObject *unused) {
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
   if (check_usable(SELF) < 0) return NULL;
   stream_call c = {SELF->handle, AIPC_PY_WAIT_SLICE_MS, 0};
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&SELF->busy, NULL, NULL};
   Py_INCREF(op);
-  int rc = aipc_py_wait_slices(st, SELF->device, sync_slice, &c, &c.done);
+  int rc = 0;
+  /* aipc_py_wait_slices, counted: a close() in another thread waits for the
+   * slice running, and the next one sees the stream closed. */
+  while (rc == 0 && !c.done) {
+    if (aipc_py_call_counted(st, SELF->device, busy, sync_slice, &c) < 0 || (!c.done && PyErr_CheckSignals() < 0)) {
+      rc = -1;
+    } else if (!c.done && SELF->handle == NULL) {
+      PyErr_SetString(PyExc_ValueError, "Stream is closed");
+      rc = -1;
+    }
+  }
   if (rc == 0 && PyList_SetSlice(SELF->pending, 0, PyList_GET_SIZE(SELF->pending), NULL) < 0) rc = -1;
   Py_DECREF(op);
   if (rc < 0) return NULL;
@@ -132,20 +147,26 @@ static PyObject *stream_wait(PyObject *op, PyObject *event_obj) {
   aipc_py_event *ev = (aipc_py_event *)event_obj;
   if (aipc_py_event_usable(ev) < 0) return NULL;
   wait_call c = {SELF->handle, ev->handle};
-  if (aipc_py_call(st, SELF->device, stream_wait_event, &c) < 0) return NULL;
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&SELF->busy, NULL, NULL};
+  if (aipc_py_call_counted(st, SELF->device, busy, stream_wait_event, &c) < 0) return NULL;
   if (aipc_py_stream_keep(op, event_obj) < 0) return NULL;
   Py_RETURN_NONE;
 }
 
 static PyObject *stream_close(PyObject *op, PyObject *unused) {
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
-  if (SELF->handle == NULL) Py_RETURN_NONE;
+  aclrtStream handle = SELF->handle;
+  if (handle == NULL) Py_RETURN_NONE;
+  SELF->handle = NULL; /* new calls fail from now on */
   if (SELF->pid == aipc_py_pid()) {
-    stream_call c = {SELF->handle, 0, 0};
+    aipc_py_wait_idle(&SELF->busy, NULL, NULL); /* calls running in other threads */
+    stream_call c = {handle, 0, 0};
     /* Waits for the queued work, then destroys the stream. */
-    if (aipc_py_call(st, SELF->device, destroy_stream, &c) < 0) return NULL;
+    if (aipc_py_call(st, SELF->device, destroy_stream, &c) < 0) {
+      if (SELF->handle == NULL) SELF->handle = handle; /* still open: close() can be retried */
+      return NULL;
+    }
   }
-  SELF->handle = NULL;
   if (PyList_SetSlice(SELF->pending, 0, PyList_GET_SIZE(SELF->pending), NULL) < 0) return NULL;
   Py_RETURN_NONE;
 }

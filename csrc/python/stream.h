@@ -25,6 +25,7 @@ typedef struct aipc_py_stream {
   int32_t device;
   long pid;
   PyObject *pending; /* list: what queued work uses, released by synchronize() */
+  Py_ssize_t busy;   /* calls using handle with the GIL released (aipc_py_call_counted) */
 } aipc_py_stream;
 
 typedef struct aipc_py_event {
@@ -43,6 +44,8 @@ int aipc_py_event_init_type(PyObject *module, aipc_py_state *st);
 /* The stream handle of obj (None: the default stream, NULL) for work on
  * device: 0, or -1 with TypeError/ValueError. */
 int aipc_py_stream_arg(aipc_py_state *st, PyObject *obj, aclrtStream *handle);
+/* The busy counter of a Stream obj (for aipc_py_call_counted), NULL for None. */
+Py_ssize_t *aipc_py_stream_busy(PyObject *obj);
 /* Keeps obj alive until the stream's next synchronize(). 0 or -1. */
 int aipc_py_stream_keep(PyObject *stream, PyObject *obj);
 

@@ -101,3 +101,61 @@ def test_close_while_another_thread_copies(kind, op):
     r = subprocess.run([sys.executable, "-c", RACE, kind, op, "4"], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, f"rc={r.returncode}\nstdout:{r.stdout}\nstderr:{r.stderr[-4000:]}"
     assert "OK" in r.stdout
+
+
+STREAM_RACE = textwrap.dedent(
+    """
+    import sys, threading
+    import numpy as np
+    import ascend_ipc as aipc
+
+    OP, ROUNDS = sys.argv[1], int(sys.argv[2])
+    N = 4 << 20
+    host = np.ones(N, dtype=np.float32)
+    for _ in range(ROUNDS):
+        s = aipc.Stream()
+        a = aipc.zeros(N, dtype=np.float32)
+        ev = aipc.Event()
+        for _ in range(4):
+            a.copy_from(host, stream=s)  # queued work for synchronize() to wait for
+        started = threading.Event()
+        errors = []
+
+        def worker():
+            while True:
+                try:
+                    started.set()
+                    if OP == "synchronize":
+                        s.synchronize()
+                    elif OP == "wait":
+                        s.wait(ev)
+                    elif OP == "copy_from":
+                        a.copy_from(host, stream=s)
+                    elif OP == "record":
+                        ev.record(s)
+                except ValueError as e:
+                    if "closed" not in str(e):
+                        errors.append(repr(e))
+                    return
+                except BaseException as e:  # e.g. AclError: the stream went mid-call
+                    errors.append(repr(e))
+                    return
+
+        t = threading.Thread(target=worker)
+        t.start()
+        started.wait()
+        s.close()
+        assert s.closed
+        t.join()
+        assert not errors, errors
+        a.close()
+    print("OK")
+    """
+)
+
+
+@pytest.mark.parametrize("op", ["synchronize", "wait", "copy_from", "record"])
+def test_stream_close_while_another_thread_uses_it(op):
+    r = subprocess.run([sys.executable, "-c", STREAM_RACE, op, "8"], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, f"rc={r.returncode}\nstdout:{r.stdout}\nstderr:{r.stderr[-4000:]}"
+    assert "OK" in r.stdout
