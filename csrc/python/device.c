@@ -58,15 +58,6 @@ aclError aipc_py_call_released(const aipc_provider *p, aipc_py_failure *f, int32
   return f->code;
 }
 
-int aipc_py_call(aipc_py_state *st, int32_t device, aipc_py_released_fn body, void *arg) {
-  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-  if (aipc_py_call_released(st->provider, &f, device, body, arg) != ACL_SUCCESS) {
-    aipc_py_raise(st, &f);
-    return -1;
-  }
-  return 0;
-}
-
 int aipc_py_call_counted(aipc_py_state *st, int32_t device, Py_ssize_t *busy[AIPC_PY_BUSY_MAX],
                          aipc_py_released_fn body, void *arg) {
   aipc_py_failure f = AIPC_PY_FAILURE_INIT;
@@ -80,6 +71,11 @@ int aipc_py_call_counted(aipc_py_state *st, int32_t device, Py_ssize_t *busy[AIP
     return -1;
   }
   return 0;
+}
+
+int aipc_py_call(aipc_py_state *st, int32_t device, aipc_py_released_fn body, void *arg) {
+  Py_ssize_t *none[AIPC_PY_BUSY_MAX] = {NULL};
+  return aipc_py_call_counted(st, device, none, body, arg);
 }
 
 void aipc_py_wait_idle(Py_ssize_t *busy, int (*keep_waiting)(void *), void *arg) {
