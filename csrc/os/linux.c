@@ -402,6 +402,31 @@ void aipc__os_waker_drain(int waker) {
   (void)r;
 }
 
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+int aipc__os_peer_pidfd(int sock, pid_t pid) {
+  int fd = -1;
+  socklen_t len = sizeof fd;
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 && fd >= 0) return fd;
+  if (errno == ESRCH) return -1; /* the peer has ended already */
+  /* Older kernels: the process with that pid now. pidfd_open's fds are
+   * close-on-exec. */
+  return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+bool aipc__os_pidfd_ended(int pidfd) {
+  struct pollfd p = {.fd = pidfd, .events = POLLIN};
+  int n;
+  while ((n = poll(&p, 1, 0)) < 0 && errno == EINTR) {
+  }
+  return n != 0; /* readable once the process ended; an error counts as ended */
+}
+
 bool aipc__os_process_alive(pid_t pid, uint64_t start) {
   if (pid <= 0) return false;
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;

@@ -170,6 +170,17 @@ void aipc__os_close_after_reply(int sock);
  * not mounted, EPROTO when the file cannot be parsed, or what open/read said.
  */
 int aipc__os_process_start(pid_t pid, uint64_t *start);
+/*
+ * A pidfd naming the process at the other end of connected Unix socket sock,
+ * whose SO_PEERCRED pid is pid: the very process that connected
+ * (SO_PEERPIDFD, Linux 6.5), else the process that has pid now (pidfd_open,
+ * Linux 5.3: the same one unless it ended between its connect and this
+ * call). Close-on-exec. -1 with errno when neither is available, or ESRCH
+ * when that process has ended.
+ */
+int aipc__os_peer_pidfd(int sock, pid_t pid);
+/* Whether the process of pidfd has ended (a zombie has): one poll, no wait. */
+bool aipc__os_pidfd_ended(int pidfd);
 
 /* ---- waiting on many descriptors -------------------------------------------- */
 

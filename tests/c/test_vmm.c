@@ -428,7 +428,7 @@ static int forger(chan *c, void *arg) {
             "not a shareable handle");
   CHECK_MSG(aclrtMemImportFromShareableHandle(h & 0xffffffffu, 0, &mine), ACL_ERROR_INVALID_PARAM,
             "not a shareable handle");
-  CHECK_MSG(aclrtMemImportFromShareableHandle(h ^ 1, 0, &mine), ACL_ERROR_RT_IPC_ERROR, "never issued, or forged");
+  CHECK_MSG(aclrtMemImportFromShareableHandle(h ^ 1, 0, &mine), ACL_ERROR_RT_NO_PERMISSION, "never issued");
   uint64_t nobody = (h >> 32 ^ 0x5a5a5a5a) << 32 | 12345; /* a door no process opened */
   CHECK_MSG(aclrtMemImportFromShareableHandle(nobody, 0, &mine), ACL_ERROR_RT_IPC_ERROR, "gone");
   int32_t me = getpid();
@@ -438,7 +438,7 @@ static int forger(chan *c, void *arg) {
   CHECK_OK(aclrtFreePhysical(mine));
   send_int(c->up[1], 1);
   CHECK_EQ(recv_int(c->down[0]), 2); /* the exporter freed it */
-  CHECK_MSG(aclrtMemImportFromShareableHandle(h, 0, &mine), ACL_ERROR_RT_IPC_ERROR, "never issued, or forged");
+  CHECK_MSG(aclrtMemImportFromShareableHandle(h, 0, &mine), ACL_ERROR_RT_NO_PERMISSION, "never issued");
   CHECK_OK(aclFinalize());
   return 0;
 }

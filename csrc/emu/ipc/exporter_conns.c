@@ -62,6 +62,8 @@ void aipc__sconn_kill(aipc__sconn *c) {
     close(c->fd);
     c->fd = -1;
   }
+  if (c->pidfd >= 0) close(c->pidfd);
+  c->pidfd = -1;
   if (c->ledger) munmap(c->ledger, AIPC_LEDGER_BYTES);
   c->ledger = NULL;
   if (c->prev) c->prev->next = c->next; else g.sconns = c->next;
@@ -81,7 +83,7 @@ void aipc__sconns_reap(void) {
   }
 }
 
-aipc__sconn *aipc__sconn_add(int fd, pid_t pid, uid_t uid) {
+aipc__sconn *aipc__sconn_add(int fd, pid_t pid, uid_t uid, int pidfd) {
   aipc__sconn *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   if (aipc__hmap_put(&g.peer_conns, aipc__pkey(pid), (void *)(uintptr_t)(aipc__sconns_of(pid) + 1)) != 0) {
@@ -89,6 +91,7 @@ aipc__sconn *aipc__sconn_add(int fd, pid_t pid, uid_t uid) {
     return NULL;
   }
   c->fd = fd;
+  c->pidfd = pidfd;
   c->serial = ++g.next_serial;
   c->pid = pid;
   c->uid = uid;
@@ -96,6 +99,20 @@ aipc__sconn *aipc__sconn_add(int fd, pid_t pid, uid_t uid) {
   if (g.sconns) g.sconns->prev = c;
   g.sconns = c;
   return c;
+}
+
+aipc__sender_verdict aipc__sconn_sender(aipc__sconn *c, pid_t pid, uint64_t *start) {
+  if (pid != c->pid) return AIPC_SENDER_OTHER;
+  if (!c->start_known) {
+    /* With a pidfd, the read below is the opener's if the opener is still
+     * alive after it (checked next): its pid was not given again meanwhile. */
+    if (aipc__os_process_start(pid, &c->start) != 0) return AIPC_SENDER_GONE;
+    c->start_known = true;
+  }
+  bool ended = c->pidfd >= 0 ? aipc__os_pidfd_ended(c->pidfd) : !aipc__os_process_alive(pid, c->start);
+  if (ended) return AIPC_SENDER_GONE;
+  *start = c->start;
+  return AIPC_SENDER_OPENER;
 }
 
 aipc__sconn *aipc__sconn_find(uint64_t serial) {
@@ -177,6 +194,7 @@ void aipc__sconns_child_reset(void) {
       free(r);
     }
     if (c->fd >= 0) close(c->fd);
+    if (c->pidfd >= 0) close(c->pidfd);
     if (c->ledger) munmap(c->ledger, AIPC_LEDGER_BYTES);
     free(c->free_slots);
     free(c->grants);
@@ -190,7 +208,9 @@ void aipc__sconns_child_reset(void) {
 
 uint64_t aipc__exporter_adopt(int fd, pid_t pid, uid_t uid) {
   aipc__exporter_lock();
-  aipc__sconn *c = aipc__sconn_add(fd, pid, uid);
+  int pidfd = aipc__os_peer_pidfd(-1, pid); /* the stand-in's pid, not the socket's peer */
+  aipc__sconn *c = aipc__sconn_add(fd, pid, uid, pidfd);
+  if (!c && pidfd >= 0) close(pidfd);
   if (c) {
     c->stand_in = true;
     c->sender = (aipc__os_sender){.pid = pid, .uid = uid, .gid = getegid()};

@@ -81,11 +81,15 @@ struct aipc__sconn {
   pid_t pid;       /* SO_PEERCRED at accept: who opened it (counted in aipc__sconns_of) */
   uid_t uid;
   bool dead;       /* closed; freed by the server thread at the end of its batch */
-  /* The start time last read for a pid that sent on this connection: a
-   * process with that pid sending here later is the same process, since a
-   * recycled pid would need this very socket handed to it. */
-  pid_t start_pid; /* 0: none read yet */
+  /* The process that opened it, the only one it serves: a pidfd of it
+   * (aipc__os_peer_pidfd; -1 where the kernel has none), and its start time,
+   * read at its first IMPORT. A request is that process's while the pidfd's
+   * process lives and the sender has its pid: a recycled pid is another
+   * process, and can only send here after the opener ended. */
+  int pidfd;
+  bool start_known;
   uint64_t start;
+  uint32_t guesses_failed; /* guessable lookups refused in a row (exporter_request.c) */
   bool stand_in;        /* test seam: messages carry `sender`, not the kernel's credentials */
   aipc__os_sender sender;
   uint32_t *ledger; /* AIPC_LEDGER_SLOTS counters the importer adds releases to */
@@ -126,7 +130,8 @@ typedef struct aipc__exporter_name {
   uid_t euid;
 } aipc__exporter_name;
 extern const aipc__exporter_name *const aipc__exporter_me;
-/* Takes the name (the server is starting): 0, or -1 with errno. */
+/* Takes a name never taken before (the server is starting, or its first
+ * name was in use): 0, or -1 with errno. */
 int aipc__exporter_take_name(void);
 /* A forked child: the parent's name is not its own. */
 void aipc__exporter_forget_name(void);
@@ -161,8 +166,8 @@ void aipc__grants_settle(aipc__sconn *c, uint64_t settled);
 void aipc__grants_add(aipc__sconn *c, uint64_t req, uint64_t export_id);
 
 typedef enum { AIPC_WL_YES, AIPC_WL_NOT_LISTED, AIPC_WL_NEVER_RAN, AIPC_WL_GONE } aipc__wl_verdict;
-/* Whether process pid, sender of a request on c, may import e. */
-aipc__wl_verdict aipc__whitelisted(aipc__sconn *c, aipc__export *e, pid_t pid);
+/* Whether process pid, which started at start, may import e. */
+aipc__wl_verdict aipc__whitelisted(const aipc__export *e, pid_t pid, uint64_t start);
 /* The whitelist entry for pid, or a recorded error. Reads /proc: called
  * without the lock. */
 aclError aipc__whitelist_value(const char *call, int32_t pid, void **value);
@@ -189,8 +194,16 @@ void aipc__exporter_poller_close(void);
 
 /* Live connections process pid opened. */
 size_t aipc__sconns_of(pid_t pid);
-/* A connection record for fd from (pid, uid), first in the live list. NULL when out of memory. */
-aipc__sconn *aipc__sconn_add(int fd, pid_t pid, uid_t uid);
+/* A connection record for fd from (pid, uid), first in the live list, owning
+ * pidfd (a pidfd of that process, or -1). NULL when out of memory (the
+ * descriptors are then still the caller's). */
+aipc__sconn *aipc__sconn_add(int fd, pid_t pid, uid_t uid, int pidfd);
+typedef enum { AIPC_SENDER_OPENER, AIPC_SENDER_OTHER, AIPC_SENDER_GONE } aipc__sender_verdict;
+/* Whether process pid, the sender of a request on c by the kernel's word, is
+ * the process that opened c (then *start is its start time): another pid is
+ * OTHER; the opener's pid in another process (the opener ended, the pid was
+ * given again) is GONE. Reads /proc once per connection. */
+aipc__sender_verdict aipc__sconn_sender(aipc__sconn *c, pid_t pid, uint64_t *start);
 /* Closes c and drops every reference it held; c stays allocated until reaped. */
 void aipc__sconn_kill(aipc__sconn *c);
 /* The live connection with this serial, or NULL. */

@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,6 +24,44 @@
 #include "emu/ipc/proto.h"
 
 #define DRAIN_MAX 4096 /* messages per connection when a close drains it */
+
+/*
+ * Guessing. A shareable handle is all its holder has: a door number anyone
+ * can read in /proc/net/unix and 32 random bits, so the exporter limits how
+ * fast anyone may guess them. Failed lookups of secret-less exports (a
+ * request with a zero secret, or one asking for physical memory) draw on an
+ * allowance per exporter: GUESS_BURST, refilled at GUESS_PER_S. While it is
+ * spent such lookups are refused unread; a connection that fails
+ * GUESS_CONN_MAX of them in a row is closed. Finding one live handle then
+ * takes 2^31 / GUESS_PER_S seconds on average: over four years.
+ * Keys of memory, notifies and events carry 128-bit secrets and are not
+ * limited. docs/design-ipc.md, "Security model".
+ */
+#define GUESS_BURST 64
+#define GUESS_PER_S 16
+#define GUESS_CONN_MAX 16
+#define GUESS_INTERVAL_NS (UINT64_C(1000000000) / GUESS_PER_S)
+
+/* The allowance as one time (generic cell rate): the moment the failures so
+ * far would be paid off at GUESS_PER_S. The exporter lock guards it. */
+static uint64_t guess_paid_off_ns;
+
+static bool guess_allowed(uint64_t now) {
+  uint64_t t = guess_paid_off_ns > now ? guess_paid_off_ns : now;
+  return t - now <= (GUESS_BURST - 1) * GUESS_INTERVAL_NS;
+}
+
+static void guess_failed(uint64_t now) {
+  uint64_t t = guess_paid_off_ns > now ? guess_paid_off_ns : now;
+  guess_paid_off_ns = t + GUESS_INTERVAL_NS;
+}
+
+/* A lookup a guesser could make: nothing but the id to find. */
+static bool guessable(const aipc__msg *q) {
+  static const uint8_t zero[AIPC_SECRET_LEN];
+  return (aipc__object_kind)(q->flags >> AIPC_IMPORT_KIND_SHIFT) == AIPC_OBJECT_PHYSICAL ||
+         memcmp(q->secret, zero, AIPC_SECRET_LEN) == 0;
+}
 
 static int conn_send2(aipc__sconn *c, aipc__msg *m, int fd, int fd2) {
   uint8_t buf[AIPC_PROTO_MAX];
@@ -36,33 +75,71 @@ static int conn_send2(aipc__sconn *c, aipc__msg *m, int fd, int fd2) {
 
 static int conn_send(aipc__sconn *c, aipc__msg *m, int fd) { return conn_send2(c, m, fd, -1); }
 
+/* Refuses a guessable lookup that found nothing this peer may have. An
+ * unknown handle, a closed one, one of another kind and one whose whitelist
+ * lacks the sender all answer this, word for word: a guesser cannot tell a
+ * hit. It counts against the allowance and the connection. */
+static void refuse_guess(aipc__sconn *c, const aipc__msg *q, const aipc__os_sender *from, aipc__msg *a) {
+  guess_failed(aipc__os_now_ns());
+  c->guesses_failed++;
+  aipc__msg_refuse(a, q->req, ACL_ERROR_RT_NO_PERMISSION,
+                   "process %d may import no shareable handle of that number from process %d: never issued, "
+                   "closed, forged, or exported with pid validation and process %d not passed to "
+                   "aclrtMemSetPidToShareableHandle",
+                   (int)from->pid, (int)aipc__exporter_me->pid, (int)from->pid);
+}
+
 /* q came from `from` (the kernel's record of its sender at send time). */
 static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sender *from) {
   aipc__grants_settle(c, q->settled);
   aipc__msg a;
   /* Releases this importer already noted count first (keeps counts small). */
   if (!aipc__sconn_consume(q->export_id, c)) return;
-  aipc__export *e = aipc__export_lookup(q->export_id, q->secret);
   int fd = -1, ledger_fd = -1;
   aipc__wl_verdict wl = AIPC_WL_YES;
+  uint64_t start = 0;
+  aipc__sender_verdict who = AIPC_SENDER_OPENER;
+  bool guess = guessable(q);
+  aipc__export *e = NULL;
   if (from->uid != aipc__exporter_me->euid) {
     /* Checked per request: a process that changed its uid since it connected is refused now. */
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
                      "process %d sent this request as uid %u but the exporter (process %d) runs as uid %u: "
                      "IPC memory is shared only between processes of the same user",
                      (int)from->pid, (unsigned)from->uid, (int)aipc__exporter_me->pid, (unsigned)aipc__exporter_me->euid);
-  } else if (!e) {
-    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "key not exported by process %d (closed, never issued, or forged)", (int)aipc__exporter_me->pid);
+  } else if ((who = aipc__sconn_sender(c, from->pid, &start)) == AIPC_SENDER_OTHER) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
+                     "this connection was opened by process %d, and process %d sent on it: a connection serves only "
+                     "the process that opened it (the exporter is process %d)",
+                     (int)c->pid, (int)from->pid, (int)aipc__exporter_me->pid);
+  } else if (who == AIPC_SENDER_GONE) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
+                     "process %d, which opened this connection, is gone: the process sending as pid %d now is another "
+                     "one, and is refused (the exporter is process %d)",
+                     (int)c->pid, (int)from->pid, (int)aipc__exporter_me->pid);
+  } else if (q->sdid != aipc__config_get()->sdid) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "importer is on server %u, the exporter on server %u: cross-server import needs the "
+                         "super-node fabric; the emulator has none",
+                         q->sdid, aipc__config_get()->sdid);
+  } else if (guess && !guess_allowed(aipc__os_now_ns())) {
+    c->guesses_failed++;
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR,
+                     "process %d refuses shareable-handle imports for now: too many failed ones (more than %d, then "
+                     "%d a second), as when someone guesses handles; retry later",
+                     (int)aipc__exporter_me->pid, GUESS_BURST, GUESS_PER_S);
+  } else if (!(e = aipc__export_lookup(q->export_id, q->secret)) ||
+             (guess && (e->closed || (aipc__object_kind)(q->flags >> AIPC_IMPORT_KIND_SHIFT) != e->kind ||
+                        aipc__whitelisted(e, from->pid, start) != AIPC_WL_YES))) {
+    if (guess)
+      refuse_guess(c, q, from, &a);
+    else
+      aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "key not exported by process %d (closed, never issued, or forged)", (int)aipc__exporter_me->pid);
   } else if (e->closed) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "key was closed by its exporter (process %d): no new imports", (int)aipc__exporter_me->pid);
   } else if ((aipc__object_kind)(q->flags >> AIPC_IMPORT_KIND_SHIFT) != e->kind) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_INVALID_PARAM, "the key is %s, not %s", aipc__object_what(e->kind),
                      aipc__object_what((aipc__object_kind)(q->flags >> AIPC_IMPORT_KIND_SHIFT)));
-  } else if (q->sdid != aipc__config_get()->sdid) {
-    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "importer is on server %u, the exporter on server %u: cross-server import needs the "
-                         "super-node fabric; the emulator has none",
-                         q->sdid, aipc__config_get()->sdid);
-  } else if ((wl = aipc__whitelisted(c, e, from->pid)) == AIPC_WL_NOT_LISTED) {
+  } else if ((wl = aipc__whitelisted(e, from->pid, start)) == AIPC_WL_NOT_LISTED) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
                      "process %d is not on the whitelist of this key: the exporter (process %d) must %s", (int)from->pid,
                      (int)aipc__exporter_me->pid, aipc__object_allow(e->kind));
@@ -121,10 +198,11 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
     close(ledger_fd); /* the mapping stays; the importer has its own descriptor */
     c->ledger_sent = true;
   }
-  if (sent != 0) {
-    aipc__sconn_kill(c); /* drops the reference just counted too */
+  if (sent != 0 || c->guesses_failed > GUESS_CONN_MAX) {
+    aipc__sconn_kill(c); /* drops the reference just counted too; or ends a guesser's turn */
     return;
   }
+  if (a.status == ACL_SUCCESS) c->guesses_failed = 0; /* in a row: a legitimate importer's stale handle is forgiven */
   if (a.status == ACL_SUCCESS && e->kind != AIPC_OBJECT_PHYSICAL) aipc__grants_add(c, q->req, q->export_id);
 }
 

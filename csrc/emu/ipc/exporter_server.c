@@ -109,7 +109,14 @@ static void accept_all(int listen_fd) {
                        (int)pid, PEER_CONNS_MAX, (int)aipc__exporter_me->pid);
       continue;
     }
-    if (!(c = aipc__sconn_add(fd, pid, uid))) {
+    /* The process that connected, which alone this connection serves. */
+    int pidfd = aipc__os_peer_pidfd(fd, pid);
+    if (pidfd < 0 && errno == ESRCH) { /* it has ended already */
+      close(fd);
+      continue;
+    }
+    if (!(c = aipc__sconn_add(fd, pid, uid, pidfd))) {
+      if (pidfd >= 0) close(pidfd);
       close(fd);
       continue;
     }
@@ -201,16 +208,21 @@ static int start_listening(int fd, const char **what) {
 
 aclError aipc__exporter_start(const char *call) {
   if (g.server_running) return ACL_SUCCESS;
-  if (aipc__exporter_take_name() != 0)
-    return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: getrandom failed: %s", call, strerror(errno));
   g.listen_fd = g.wake_fd = g.door_fd = -1; /* and the poller's, -1 whenever the server is down */
-  struct sockaddr_un sa;
-  unsigned salen = aipc__self_sockaddr(&sa, aipc__exporter_me->pid, aipc__exporter_me->nonce);
   const char *what = "socket";
   g.listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (g.listen_fd < 0) goto fail;
-  what = "bind";
-  if (bind(g.listen_fd, (struct sockaddr *)&sa, salen) != 0) goto fail;
+  /* A fresh name at every start: the last one was listed for every user to
+   * read, and anyone may hold it now. One in use is drawn again. */
+  for (int tries = 0;; tries++) {
+    what = "getrandom";
+    if (aipc__exporter_take_name() != 0) goto fail;
+    struct sockaddr_un sa;
+    unsigned salen = aipc__self_sockaddr(&sa, aipc__exporter_me->pid, aipc__exporter_me->nonce);
+    what = "bind";
+    if (bind(g.listen_fd, (struct sockaddr *)&sa, salen) == 0) break;
+    if (errno != EADDRINUSE || tries == 16) goto fail;
+  }
   if (start_listening(g.listen_fd, &what) != 0) goto fail;
   what = "epoll_create1";
   if (aipc__exporter_poller_open() != 0) goto fail;

@@ -51,7 +51,7 @@ void aipc__exporter_unlock(void) { pthread_mutex_unlock(&g.lock); }
 void aipc__exporter_lock_reset(void) { g.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER; }
 
 int aipc__exporter_take_name(void) {
-  if (aipc__self_get(&g.me.pid, &g.me.nonce) != 0) return -1;
+  if (aipc__self_rename(&g.me.pid, &g.me.nonce) != 0) return -1;
   __atomic_store_n(&g.me.place, aipc__self_place(), __ATOMIC_RELAXED);
   g.me.euid = geteuid();
   return 0;
@@ -207,26 +207,13 @@ void aipc__grants_add(aipc__sconn *c, uint64_t req, uint64_t export_id) {
 
 /* ---- whitelists ------------------------------------------------------------------ */
 
-/* The start time of process pid, which just sent on c. 0 or -1. */
-static int sender_start(aipc__sconn *c, pid_t pid, uint64_t *start) {
-  if (c->start_pid == pid) {
-    *start = c->start;
-    return 0;
-  }
-  if (aipc__os_process_start(pid, start) != 0) return -1;
-  c->start_pid = pid;
-  c->start = *start;
-  return 0;
-}
-
-aipc__wl_verdict aipc__whitelisted(aipc__sconn *c, aipc__export *e, pid_t pid) {
+aipc__wl_verdict aipc__whitelisted(const aipc__export *e, pid_t pid, uint64_t start) {
   if (e->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) return AIPC_WL_YES;
   if ((uint32_t)pid == g.me.pid) return AIPC_WL_YES; /* alive, so no other process has its pid */
   void *v = aipc__hmap_get(&e->whitelist, aipc__pkey(pid));
   if (!v) return AIPC_WL_NOT_LISTED;
   if (v == WL_NOBODY) return AIPC_WL_NEVER_RAN;
-  uint64_t now;
-  if (sender_start(c, pid, &now) != 0 || wl_bound(now) != v) return AIPC_WL_GONE;
+  if (wl_bound(start) != v) return AIPC_WL_GONE;
   return AIPC_WL_YES;
 }
 

@@ -42,6 +42,21 @@ int aipc__self_get(uint32_t *pid, uint64_t *nonce) {
   return rc;
 }
 
+int aipc__self_rename(uint32_t *pid, uint64_t *nonce) {
+  uint64_t old_nonce;
+  if (aipc__self_get(pid, &old_nonce) != 0) return -1;
+  uint64_t n = 0;
+  while (n == 0 || n == old_nonce) {
+    if (aipc__random(&n, sizeof n) != 0) return -1;
+    n &= AIPC_NONCE_MASK;
+  }
+  pthread_mutex_lock(&lock);
+  __atomic_store_n(&self_nonce, n, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&lock);
+  *nonce = n;
+  return 0;
+}
+
 uint32_t aipc__self_place(void) {
   /* Named: the place was stored before the pid (release), no lock needed. */
   if (!__atomic_load_n(&self_pid, __ATOMIC_ACQUIRE)) {

@@ -16,6 +16,11 @@
 /* This process's pid and nonce (48 bits, never 0), chosen at the first
  * call. 0, or -1 with errno (getrandom). */
 int aipc__self_get(uint32_t *pid, uint64_t *nonce);
+/* A new nonce for this process, never its last one: each start of its
+ * exporter binds a name nobody could know before (the last one was listed in
+ * /proc/net/unix, and anyone may have bound it since). Keys issued under
+ * the old name stop being this process's. 0, or -1 with errno. */
+int aipc__self_rename(uint32_t *pid, uint64_t *nonce);
 /* Where this process was when it was named: its exporter's socket is there. */
 uint32_t aipc__self_place(void);
 
