@@ -116,6 +116,35 @@ int aipc__os_memfd_sealed(const char *name, uint64_t size) {
   return fd;
 }
 
+aipc__os_fd_verdict aipc__os_fd_check_sealed(int fd, uint64_t min_size, bool exact, uint64_t *size) {
+  struct stat st;
+  *size = 0;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return AIPC_FD_NOT_FILE;
+  *size = (uint64_t)st.st_size;
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0) return AIPC_FD_NOT_MEMFD;
+  if (!(seals & F_SEAL_SHRINK)) return AIPC_FD_CAN_SHRINK;
+  if (!(seals & F_SEAL_GROW)) return AIPC_FD_CAN_GROW;
+  if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) return AIPC_FD_WRITE_SEALED;
+  if (exact && *size != min_size) return AIPC_FD_WRONG_SIZE;
+  if (*size < min_size) return AIPC_FD_TOO_SMALL;
+  return AIPC_FD_OK;
+}
+
+const char *aipc__os_fd_verdict_text(aipc__os_fd_verdict v) {
+  switch (v) {
+    case AIPC_FD_OK: return "is fine";
+    case AIPC_FD_NOT_FILE: return "is not a memory file (a pipe, socket or other descriptor)";
+    case AIPC_FD_NOT_MEMFD: return "is not a memfd (a file that takes no seals)";
+    case AIPC_FD_CAN_SHRINK: return "is not sealed against shrinking";
+    case AIPC_FD_CAN_GROW: return "is not sealed against growing";
+    case AIPC_FD_WRITE_SEALED: return "is sealed against writing (this process writes to it)";
+    case AIPC_FD_TOO_SMALL: return "is smaller than the range granted";
+    case AIPC_FD_WRONG_SIZE: return "does not have the exact size expected";
+  }
+  return "is unusable";
+}
+
 void *aipc__os_map_shared(int fd, size_t size) {
   void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? NULL : p;

@@ -29,6 +29,9 @@
 #define F_SEAL_GROW 0x0004
 #define F_SEAL_WRITE 0x0008
 #endif
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
@@ -83,6 +86,27 @@ int aipc__os_memfd(const char *name, bool sealable);
  * it under its owner (a SIGBUS there) nor grow it. -1 and errno on failure.
  */
 int aipc__os_memfd_sealed(const char *name, uint64_t size);
+/*
+ * Whether a memory file another process sent can be mapped shared and
+ * writable and stay whole while mapped: a regular file (no pipe, socket,
+ * eventfd...), a memfd (it takes seals), sealed against shrinking (else its
+ * sender could cut it under the mapping: SIGBUS here) and growing, not
+ * sealed against writing, at least min_size bytes (exactly, when exact).
+ * Returns the first rule broken; *size gets the file's size when known.
+ */
+typedef enum aipc__os_fd_verdict {
+  AIPC_FD_OK = 0,
+  AIPC_FD_NOT_FILE,
+  AIPC_FD_NOT_MEMFD,
+  AIPC_FD_CAN_SHRINK,
+  AIPC_FD_CAN_GROW,
+  AIPC_FD_WRITE_SEALED,
+  AIPC_FD_TOO_SMALL,
+  AIPC_FD_WRONG_SIZE,
+} aipc__os_fd_verdict;
+aipc__os_fd_verdict aipc__os_fd_check_sealed(int fd, uint64_t min_size, bool exact, uint64_t *size);
+/* The rule a verdict names, to follow "... that": "is not sealed against shrinking". */
+const char *aipc__os_fd_verdict_text(aipc__os_fd_verdict v);
 /* Maps size bytes of fd shared and writable; NULL on failure (errno set). */
 void *aipc__os_map_shared(int fd, size_t size);
 /*

@@ -3,8 +3,10 @@
  * connection per exporter process, made on the first import of its keys and
  * kept while idle (the least recently used idle ones beyond a cap go), and
  * the requests sent on it. Every import is a round trip that the exporter
- * answers with the allocation's memfd (checked here: sealed, holding the
- * range) or a refusal.
+ * answers with the allocation's memfd or a refusal. Nothing the exporter
+ * sends is trusted: every descriptor kept or mapped here is checked first
+ * (aipc__os_fd_check_sealed), so that no exporter can make this process
+ * fault or keep what it refused.
  *
  * Any number of threads share a connection. Each sends its request and
  * waits for the reply with its own deadline (ASCEND_IPC_TIMEOUT_MS); one of
@@ -24,7 +26,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,7 +58,7 @@ static aipc__hkey ckey(uint32_t pid, uint64_t nonce) { return (aipc__hkey){pid, 
 
 /* ---- the connection: socket, requests, replies ---------------------------------- */
 
-typedef enum { RT_OK, RT_DEAD, RT_TIMEOUT, RT_PROTO, RT_NOFD } rt_result;
+typedef enum { RT_OK, RT_DEAD, RT_TIMEOUT, RT_PROTO, RT_NOFD, RT_LEDGER } rt_result;
 
 enum { CREQ_WAITING, CREQ_DONE, CREQ_FAILED };
 
@@ -66,7 +67,7 @@ struct aipc__creq {
   uint64_t id;
   int state;
   rt_result fail;  /* CREQ_FAILED: why */
-  const char *why; /* RT_PROTO: which rule the reply broke */
+  const char *why; /* RT_PROTO: which rule the reply broke; RT_LEDGER: what is wrong with the ledger */
   aipc__msg reply; /* CREQ_DONE */
   int memfd;       /* CREQ_DONE: the memfd a grant carried (the waiter's to close), or -1 */
   aipc__creq *prev, *next;
@@ -103,6 +104,7 @@ static void creq_unlink(aipc__cconn *c, aipc__creq *r) {
 static void conn_forget_peer_state(aipc__cconn *c) {
   if (c->ledger) munmap(c->ledger, AIPC_LEDGER_BYTES);
   c->ledger = NULL;
+  c->ledger_got = false;
   free(c->abandoned);
   c->abandoned = NULL;
   c->n_abandoned = c->cap_abandoned = 0;
@@ -323,16 +325,19 @@ static rt_result sock_send(int fd, const uint8_t *buf, size_t len, uint64_t dead
   }
 }
 
-/* Maps the exporter's release ledger for this connection (and closes fd).
- * Without it (mmap failed), releases go as RELEASE messages. */
-static void install_ledger(aipc__cconn *c, int fd) {
-  if (c->ledger) munmap(c->ledger, AIPC_LEDGER_BYTES);
-  c->ledger = NULL;
-  struct stat st;
-  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == AIPC_LEDGER_BYTES) {
-    c->ledger = aipc__os_map_shared(fd, AIPC_LEDGER_BYTES);
-  }
+/* Maps the exporter's release ledger for this connection (and closes fd),
+ * once checked: this process writes into it for as long as the connection
+ * lasts, so a ledger the exporter could cut would kill us (SIGBUS) at a
+ * later close. Without it (mmap failed), releases go as RELEASE messages.
+ * Returns what is wrong with it, leaving fd open, or NULL. */
+static const char *install_ledger(aipc__cconn *c, int fd) {
+  uint64_t size;
+  aipc__os_fd_verdict v = aipc__os_fd_check_sealed(fd, AIPC_LEDGER_BYTES, true, &size);
+  if (v != AIPC_FD_OK) return aipc__os_fd_verdict_text(v);
+  c->ledger_got = true;
+  c->ledger = aipc__os_map_shared(fd, AIPC_LEDGER_BYTES);
   close(fd);
+  return NULL;
 }
 
 
@@ -356,7 +361,7 @@ static void send_release(aipc__cconn *c, uint64_t id, uint32_t count) {
 }
 
 void aipc__cconn_release(aipc__cconn *c, uint64_t id, uint32_t slot, uint32_t n) {
-  if (c->ledger && slot != AIPC_NO_SLOT)
+  if (c->ledger && slot < AIPC_LEDGER_SLOTS) /* decoding bounds it; an index stays checked where it is used */
     __atomic_add_fetch(&c->ledger[slot], n, __ATOMIC_RELEASE);
   else
     send_release(c, id, n);
@@ -443,13 +448,15 @@ static void dispatch(aipc__cconn *c, const uint8_t *buf, size_t len, int *fds, i
     if (!(a.flags & AIPC_REPLY_FD)) {
       bad = RT_PROTO;
       why = "a grant without the allocation's memory";
+    } else if ((a.flags & AIPC_REPLY_LEDGER) && c->ledger_got) {
+      bad = RT_PROTO;
+      why = "a second release ledger on one connection";
+    } else if ((a.flags & AIPC_REPLY_LEDGER) && (why = install_ledger(c, fds[1])) != NULL) {
+      bad = RT_LEDGER; /* the connection's releases have nowhere safe to go: dropped, and so given back */
     } else {
+      if (a.flags & AIPC_REPLY_LEDGER) fds[1] = -1;
       memfd = fds[0];
       fds[0] = -1;
-      if (a.flags & AIPC_REPLY_LEDGER) {
-        install_ledger(c, fds[1]);
-        fds[1] = -1;
-      }
     }
   }
   if (bad != RT_OK) {
@@ -611,6 +618,9 @@ aclError aipc__cconn_import(const char *call, aipc__cconn *c, const aipc__key *k
                         call, who, timeout_ms);
     case RT_PROTO:
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: %s sent a malformed reply (%s)", call, who, r.why ? r.why : "?");
+    case RT_LEDGER:
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: %s sent a release ledger that %s (refused)", call, who,
+                        r.why ? r.why : "?");
     case RT_NOFD: {
       char hint[256];
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot receive the memory of %s: %s", call, who,
@@ -626,21 +636,29 @@ aclError aipc__cconn_import(const char *call, aipc__cconn *c, const aipc__key *k
 
   /* Granted: from here on a failure must give the reference back. The
    * memory must be what an exporter of this library sends: a memfd sealed
-   * against shrinking, holding the whole range (else a later touch could
-   * SIGBUS this process). */
+   * against shrinking and growing, writable, holding the whole range (else
+   * a later touch could SIGBUS this process), shaped as its kind is. */
   int memfd = r.memfd;
-  struct stat st;
-  int seals = fcntl(memfd, F_GET_SEALS);
   bool physical = k->kind == AIPC_OBJECT_PHYSICAL; /* a descriptor to keep, no reference to give back */
-  if (fstat(memfd, &st) != 0 || seals < 0 || !(seals & F_SEAL_SHRINK) || a->size > (uint64_t)st.st_size ||
-      a->offset > (uint64_t)st.st_size - a->size || a->offset % AIPC_PAGE_SIZE != 0 ||
-      (k->kind != AIPC_OBJECT_MEMORY && !physical && a->size != AIPC_PAGE_SIZE) ||
-      (physical && (a->offset != 0 || a->size != (uint64_t)st.st_size || a->slot != AIPC_NO_SLOT))) {
+  const char *wrong = NULL;
+  uint64_t file_size;
+  if (a->size > UINT64_MAX - a->offset || !AIPC_IS_PAGE_ALIGNED(a->offset) || !AIPC_IS_PAGE_ALIGNED(a->size)) {
+    wrong = "is not a page-aligned range";
+  } else {
+    /* a physical allocation is shared whole: its memfd is exactly the range */
+    aipc__os_fd_verdict v = aipc__os_fd_check_sealed(memfd, a->offset + a->size, physical, &file_size);
+    if (v != AIPC_FD_OK)
+      wrong = aipc__os_fd_verdict_text(v);
+    else if (k->kind != AIPC_OBJECT_MEMORY && !physical && a->size != AIPC_PAGE_SIZE)
+      wrong = "is not the one page an IPC event's or notify's state takes";
+    else if (physical && (a->offset != 0 || a->slot != AIPC_NO_SLOT))
+      wrong = "is not a whole physical allocation";
+  }
+  if (wrong) {
     close(memfd);
     if (!physical) aipc__cconn_release(c, k->export_id, a->slot, 1);
-    return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                      "%s: %s granted memory that is not a sealed allocation holding the range (refused)", call,
-                      aipc__cconn_name(k->pid, k->nonce, who));
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: %s granted memory that %s (refused)", call,
+                      aipc__cconn_name(k->pid, k->nonce, who), wrong);
   }
   out->device = a->device;
   out->attr = a->attr;

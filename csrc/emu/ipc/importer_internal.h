@@ -45,6 +45,7 @@ typedef struct aipc__cconn {
   aipc__spin spin;      /* how long the reader polls before it blocks */
   aipc__creq *pending;  /* requests sent and waiting for their reply */
   uint32_t *ledger;     /* the exporter's release ledger for this connection, or NULL */
+  bool ledger_got;      /* the exporter sent it (once per connection; a second is a lie) */
   uint64_t *abandoned; /* ids of cancelled requests whose reply has not come yet */
   size_t n_abandoned, cap_abandoned;
   /* the importer lock: */
