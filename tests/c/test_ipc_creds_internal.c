@@ -755,7 +755,7 @@ static aclError raw_import(int sock, const char *key, uint64_t req, char text[MS
   int fds[4], nfd;
   ssize_t r = raw_recv(sock, b, sizeof b, fds, &nfd, 0);
   for (int i = 0; i < nfd; i++) close(fds[i]);
-  text[0] = 0;
+  memset(text, 0, MSG_MAX); /* all of it goes to the parent */
   if (r < 64) return r == 0 ? -1 : -2; /* EOF, or not a reply */
   uint16_t type;
   uint64_t rq;
@@ -830,7 +830,7 @@ TEST(an_inherited_connection_serves_only_the_process_that_opened_it) {
  * child imports on the worker's connection. */
 static int connection_recycler(chan *c, void *arg) {
   (void)arg;
-  char key[KEYLEN], text[MSG_MAX];
+  char key[KEYLEN], text[MSG_MAX] = {0};
   from_parent(c, key, KEYLEN);
   int sp[2];
   CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0);
