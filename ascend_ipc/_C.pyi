@@ -1,6 +1,6 @@
 """Type stubs of the extension module ascend_ipc._C (see docs/python-api.md)."""
 
-from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Literal, NoReturn, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
@@ -210,4 +210,5 @@ def _subview(array: DeviceArray, offset: int, shape: _Shape, strides: Sequence[i
 def _view_at(address: int, shape: _Shape, strides: Sequence[int], dtype: DTypeLike) -> Optional[DeviceArray]: ...
 def _register_callbacks(*, hold: Callable[[IpcHandle, bool], Optional[Tuple[bytes, bytes]]],
                         release: Callable[[bytes, bytes], None], open_torch: Callable[..., Any]) -> None: ...
+def _refuse(code: int, call: str, message: str, /) -> NoReturn: ...
 def _live_allocations() -> List[Tuple[int, int, int, str]]: ...

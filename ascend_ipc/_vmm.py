@@ -147,6 +147,12 @@ class ShareableHandle:
     def open(self, device: Optional[int] = None) -> PhysicalMemory:
         """This process's PhysicalMemory over the exporter's (on device, default: the exporter's id)."""
         dev = self.device if device is None else int(device)
+        if self.size <= 0 or self.size % granularity(dev):
+            # A physical allocation is whole granules; the size is the handle's claim, checked
+            # again by the runtime when it is mapped (aclrtMapMem maps exactly the allocation).
+            _C._refuse(100000, "aclrtMemImportFromShareableHandle",
+                       f"ShareableHandle.open: the handle claims {self.size} bytes, which no physical allocation "
+                       f"has (a positive multiple of the {granularity(dev)}-byte granularity) (refused)")
         if _C.provider() == "emulated":
             # The emulator's door is a socket of the exporter's network namespace; on NPUs
             # the driver shares across containers, so only the emulator refuses.
@@ -378,6 +384,13 @@ class MappedHandle:
         """Maps the chunks in a new VirtualRange of this process; returns the view (shape, strides, dtype)."""
         total = sum(c.size for c in self.chunks)
         dev = self.chunks[0].device if device is None else int(device)
+        lo, hi = _extent(self.shape, self.strides, self.dtype)
+        if self.offset + lo < 0 or self.offset + hi > total:
+            # Checked before anything is imported; each chunk's size in turn is checked by the
+            # runtime when it is mapped (aclrtMapMem maps exactly the physical allocation).
+            _C._refuse(100000, "aclrtMemImportFromShareableHandle",
+                       f"MappedHandle.open: the view claims bytes [{self.offset + lo}, {self.offset + hi}) but the "
+                       f"exporter granted {total} bytes in {len(self.chunks)} chunk(s) (refused)")
         rng = VirtualRange(total, dev)
         at = 0
         for c in self.chunks:
@@ -409,6 +422,25 @@ class MappedHandle:
 
     def __repr__(self) -> str:
         return f"<ascend_ipc.MappedHandle {len(self.chunks)} chunk(s) offset={self.offset} shape={self.shape}>"
+
+
+def _extent(shape: Tuple[int, ...], strides: Tuple[int, ...], dtype: str) -> Tuple[int, int]:
+    """[lo, hi): the bytes a view touches, from its element 0 (0, 0 when it has no element)."""
+    import numpy as np  # a dependency of the package; only needed here
+
+    if len(shape) != len(strides):
+        raise ValueError(f"shape {shape} and strides {strides} differ in length")
+    if any(n == 0 for n in shape):
+        return 0, 0
+    lo, hi = 0, np.dtype(dtype).itemsize
+    for n, st in zip(shape, strides):
+        if n < 0:
+            raise ValueError(f"shape {shape} has a negative dimension")
+        if st < 0:
+            lo += (n - 1) * st
+        else:
+            hi += (n - 1) * st
+    return lo, hi
 
 
 def share_mapped(address: int, nbytes: int, shape: Tuple[int, ...], strides: Tuple[int, ...], dtype: str,
