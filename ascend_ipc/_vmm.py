@@ -19,6 +19,7 @@ lives. In a forked child, objects inherited from the parent do nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
@@ -59,7 +60,7 @@ class PhysicalMemory:
     no mapping and no other process holds it.
     """
 
-    __slots__ = ("_handle", "size", "device", "imported", "_pid", "__weakref__")
+    __slots__ = ("_handle", "size", "device", "imported", "_pid", "_lock", "__weakref__")
 
     def __init__(self, size: int, device: Optional[int] = None, *, huge1g: bool = False) -> None:
         if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
@@ -80,15 +81,26 @@ class PhysicalMemory:
         self.device = device
         self.imported = imported
         self._pid = os.getpid()
+        # Held by close() and by every call that passes the handle to the runtime, so a close in
+        # another thread waits for the call (and the call then sees it closed), never frees the
+        # handle under it.
+        self._lock = threading.RLock()
 
     @property
     def handle(self) -> int:
         """The aclrtDrvMemHandle, as an int (ValueError once closed)."""
-        if self._handle is None:
+        handle = self._handle  # read once: a close() in another thread may clear it
+        if handle is None:
             raise ValueError("PhysicalMemory is closed")
         if self._pid != os.getpid():
             raise ValueError("PhysicalMemory was inherited across fork: it belongs to the parent process")
-        return self._handle
+        return handle
+
+    @contextlib.contextmanager
+    def _held(self):
+        """The handle, kept from close() until the block ends (ValueError once closed)."""
+        with self._lock:
+            yield self.handle
 
     def export(self, pids: Optional[Iterable[int]] = None) -> "ShareableHandle":  # noqa: D417
         """A picklable ShareableHandle other processes of this user open.
@@ -101,16 +113,20 @@ class PhysicalMemory:
         if self.imported:
             raise ValueError("memory imported from another process cannot be exported again (CANN)")
         want = None if pids is None else [int(p) for p in pids]
-        value = _shareable_number(self.handle, want is not None)
-        if want:
-            _C._vmm_set_pids(value, want)
+        with self._held() as handle:
+            value = _shareable_number(handle, want is not None)
+            if want:
+                _C._vmm_set_pids(value, want)
         return ShareableHandle(value, self.size, self.device, os.getpid(), _C._place_here())
 
     def close(self) -> None:
-        """Gives this handle back (aclrtFreePhysical); idempotent."""
-        handle, self._handle = self._handle, None
-        if handle is not None and self._pid == os.getpid():
-            _release_quietly(_C._vmm_free, handle, "a physical memory handle")
+        """Gives this handle back (aclrtFreePhysical); idempotent. Waits for a call on it that
+        another thread is making (map, export); later calls raise ValueError."""
+        lock = getattr(self, "_lock", None)
+        with lock if lock is not None else contextlib.nullcontext():
+            handle, self._handle = self._handle, None
+            if handle is not None and self._pid == os.getpid():
+                _release_quietly(_C._vmm_free, handle, "a physical memory handle")
 
     def __enter__(self) -> "PhysicalMemory":
         return self
@@ -195,7 +211,8 @@ class _Mapping:
     __slots__ = ("reservation", "physical", "address", "size", "_pid")
 
     def __init__(self, reservation: _Reservation, physical: PhysicalMemory, address: int, access: bool) -> None:
-        _C._vmm_map(address, physical.size, physical.handle, access)
+        with physical._held() as handle:
+            _C._vmm_map(address, physical.size, handle, access)
         self.reservation, self.physical, self.address, self.size = reservation, physical, address, physical.size
         self._pid = os.getpid()
 
@@ -242,13 +259,15 @@ class VirtualRange:
         """
         if not isinstance(physical, PhysicalMemory):
             raise TypeError(f"map() needs a PhysicalMemory, not {type(physical).__name__}")
-        res = self._reservation()
-        if offset < 0 or offset % self._granularity or offset + physical.size > res.size:
-            raise ValueError(
-                f"offset {offset} must be a multiple of {self._granularity} with the {physical.size} bytes inside "
-                f"the range's {res.size}"
-            )
+        # Under the lock, from the closed check on: a close() in another thread lands before
+        # (ValueError here) or after (the array returned holds its mapping).
         with self._lock:
+            res = self._reservation()
+            if offset < 0 or offset % self._granularity or offset + physical.size > res.size:
+                raise ValueError(
+                    f"offset {offset} must be a multiple of {self._granularity} with the {physical.size} bytes "
+                    f"inside the range's {res.size}"
+                )
             if offset in self._maps:
                 raise ValueError(f"offset {offset} is mapped already; unmap() it first")
             m = _Mapping(res, physical, res.address + offset, access)
@@ -260,6 +279,7 @@ class VirtualRange:
     def set_access(self, offset: int) -> DeviceArray:
         """Opens a mapping made with access=False for reading and writing; returns an array over it."""
         with self._lock:
+            self._reservation()
             m = self._maps.get(offset)
         if m is None:
             raise ValueError(f"nothing is mapped at offset {offset}")
@@ -268,12 +288,12 @@ class VirtualRange:
 
     def array(self, offset: int = 0, size: Optional[int] = None) -> DeviceArray:
         """A uint8 DeviceArray over [offset, offset + size) of the range, which must be mapped throughout."""
-        res = self._reservation()
+        with self._lock:  # the reservation and its mappings as one snapshot
+            res = self._reservation()
+            spans = sorted(self._maps.items())
         end = res.size if size is None else offset + size
         if offset < 0 or end <= offset or end > res.size:
             raise ValueError(f"[{offset}, {end}) is not a part of the range's {res.size} bytes")
-        with self._lock:
-            spans = sorted(self._maps.items())
         held: List[_Mapping] = []
         at = offset
         for start, m in spans:
@@ -301,6 +321,7 @@ class VirtualRange:
     def unmap(self, offset: int) -> None:
         """Takes the mapping at offset out of the range (when no array over it is left)."""
         with self._lock:
+            self._reservation()
             if self._maps.pop(offset, None) is None:
                 raise ValueError(f"nothing is mapped at offset {offset}")
 

@@ -316,12 +316,15 @@ static PyObject *handle_open(PyObject *op, PyObject *args, PyObject *kwargs) {
       return NULL;
     }
   }
+  /* The wait above let the GIL go: a close() in another thread may have landed. */
+  if (SELF->has_event && check_open(SELF) < 0) return NULL;
   memcpy(c.key, SELF->key, sizeof c.key);
   c.mem_device = SELF->device;
   c.ptr = NULL;
   c.import = NULL;
   c.granted = 0;
-  if (aipc_py_call(st, device, import_by_key, &c) < 0) return NULL;
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&SELF->busy, NULL, NULL};
+  if (aipc_py_call_counted(st, device, busy, import_by_key, &c) < 0) return NULL;
 
   /* Wrap exactly the grant; a handle that claims more (its size, so its view)
    * is refused and its import closed again, never read past the mapping. */
@@ -380,18 +383,25 @@ static void close_export(const aipc_provider *p, aipc_py_failure *f, int32_t dev
 static PyObject *handle_close(PyObject *op, PyObject *unused) {
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
   if (SELF->closed) Py_RETURN_NONE;
+  /* Closed before the GIL is let go: a close in another thread returns at
+   * once, and new open()s and allow()s raise ValueError. */
+  SELF->closed = 1;
+  Py_INCREF(op);
+  aipc_py_wait_idle(&SELF->busy, NULL, NULL); /* open()s and allow()s already at the runtime */
   if (is_exporter(SELF) && aipc_py_allocation_export_by_key(SELF->alloc, SELF->key) != NULL) {
     char key[AIPC_PY_KEY_LEN];
     memcpy(key, SELF->key, sizeof key);
     aipc_py_allocation *alloc = (aipc_py_allocation *)Py_NewRef((PyObject *)SELF->alloc);
     if (aipc_py_call(st, AIPC_PY_NO_DEVICE, close_export, key) < 0) {
       Py_DECREF(alloc);
+      SELF->closed = 0;
+      Py_DECREF(op);
       return NULL; /* still exported: fix the order and retry */
     }
     aipc_py_allocation_remove_export(alloc, key);
     Py_DECREF(alloc);
   }
-  SELF->closed = 1;
+  Py_DECREF(op);
   release_hold(SELF); /* a copy closed unopened: the sender need not wait for it */
   Py_CLEAR(SELF->alloc); /* may give the memory back if nothing else uses it */
   Py_CLEAR(SELF->keepalive);
@@ -457,7 +467,8 @@ static PyObject *handle_allow(PyObject *op, PyObject *args, PyObject *kwargs) {
   if (pids == NULL) return NULL;
   allow_call c = {.pids = pids, .npids = npids, .inter_server = sdid_obj != Py_None, .sdid = (uint32_t)sdid};
   memcpy(c.key, SELF->key, sizeof c.key);
-  int rc = aipc_py_call(st, AIPC_PY_NO_DEVICE, allow_pids, &c);
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&SELF->busy, NULL, NULL};
+  int rc = aipc_py_call_counted(st, AIPC_PY_NO_DEVICE, busy, allow_pids, &c);
   PyMem_Free(pids);
   if (rc < 0) return NULL;
   Py_RETURN_NONE;
