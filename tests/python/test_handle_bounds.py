@@ -117,14 +117,15 @@ class _Reduced:
 def crafted(h, **change):
     """A pickle of h with the constructor arguments in change replaced (as an edited pickle
     would say them): size, dtype, shape, strides, offset."""
-    rebuild, (args, hold) = h.__reduce__()
+    # What IpcHandle.__reduce__ sends, without the sender's hold (pickling the exporter's
+    # handle would keep its memory alive for each copy until the hold's deadline)
     names = ["key", "size", "dtype", "shape", "strides", "offset", "device", "pid", "torch_dtype", "event"]
-    args = list(args)
+    args = [h.key, h.size, h.dtype.str, h.shape, h.strides, h.offset, h.device, h.pid, h.torch_dtype, h.event]
     for k, v in change.items():
         args[names.index(k)] = v
     if "shape" in change and "strides" not in change:
         args[names.index("strides")] = None
-    return pickle.dumps(_Reduced(rebuild, (tuple(args), None)))
+    return pickle.dumps(_Reduced(aipc._C._rebuild_handle, (tuple(args), None)))
 
 
 def refused(outcome):
@@ -301,3 +302,35 @@ if st is not None:
                 assert o[3] == 0, (c, o)  # nothing left imported
             if o[0] == "OK":
                 assert o[2] <= GRANT, (c, o)  # never more than the grant
+
+
+EVENT_FUZZ = textwrap.dedent(
+    """
+    import random, sys
+    import ascend_ipc as aipc
+
+    real, rounds = bytes.fromhex(sys.argv[1]), int(sys.argv[2])
+    rnd = random.Random(7)
+    seen = set()
+    for i in range(rounds):
+        b = bytearray(real) if i % 2 else bytearray(rnd.randbytes(64))
+        for _ in range(rnd.randint(1, 4)):
+            b[rnd.randrange(64)] = rnd.randrange(256)
+        try:
+            with aipc.Event.from_handle(bytes(b)) as e:
+                e.synchronize(timeout=0.01)
+            seen.add("OK")
+        except aipc.AclError as err:
+            seen.add(err.name)
+    print(sorted(seen))
+    """
+)
+
+
+def test_forged_event_handles_never_kill_the_receiver():
+    """An IPC event handle is 64 opaque bytes: edited ones are refused (AclError), never a crash."""
+    with aipc.Event(ipc=True) as e:
+        r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", EVENT_FUZZ, e.ipc_handle.hex(), "1000"],
+                           capture_output=True, text=True, timeout=240)
+    assert r.returncode >= 0, f"died by signal {signal.Signals(-r.returncode).name}:\n{r.stderr[-3000:]}"
+    assert r.returncode == 0, r.stderr[-3000:]
