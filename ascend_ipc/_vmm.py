@@ -175,6 +175,12 @@ class ShareableHandle:
             _C._place_check(self.place, "aclrtMemImportFromShareableHandle", f"shareable handle 0x{self.value:016x}",
                             "shareable handle")
         handle = _C._vmm_import(self.value, dev)
+        real = _C._vmm_physical_size(handle)  # None where the runtime cannot tell
+        if real is not None and real != self.size:
+            _release_quietly(_C._vmm_free, handle, "an imported physical memory handle")
+            _C._refuse(100000, "aclrtMemImportFromShareableHandle",
+                       f"ShareableHandle.open: the handle claims {self.size} bytes but the exporter's physical "
+                       f"allocation has {real} (refused; the import is given back)")
         return PhysicalMemory._from_handle(handle, self.size, dev, True)
 
     def __reduce__(self):

@@ -248,8 +248,9 @@ def test_shareable_handle_size_other_than_the_allocation_is_refused():
     pm = aipc.PhysicalMemory(g)
     try:
         h = pm.export()
+        # the sizes of other allocations (whole granules: only the runtime can tell), and sizes none has
         blobs = [pickle.dumps(aipc.ShareableHandle(h.value, size, h.device, h.pid, h.place))
-                 for size in (2 * g, g + PAGE, 1 << 40, g // 2)]
+                 for size in (2 * g, 4 * g, 1 << 40, g + PAGE, g // 2, -g)]
         mapped = []
         for size in (2 * g, 1 << 40):
             mh = aipc.MappedHandle([aipc.ShareableHandle(h.value, size, h.device, h.pid, h.place)], 0, (g,), (1,),
@@ -261,6 +262,8 @@ def test_shareable_handle_size_other_than_the_allocation_is_refused():
         for o in outcomes:
             assert o[0] == "AclError", o
             assert o[3] == 0, o
+        for o in outcomes[:3]:  # refused at open(), before any mapping: the import is given back
+            assert "ShareableHandle.open: the handle claims" in o[2] and "physical allocation has" in o[2], o
     finally:
         pm.close()
 
