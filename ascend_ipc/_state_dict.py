@@ -99,6 +99,7 @@ class StateDictHandle:
         tensor (dtype, shape, Parameter and requires_grad kept). The views keep the import
         alive; it ends when the last of them is collected. Waits first for the exporter's
         stream-ordered writes, if any."""
+        _check_entries(self._entries, self._handle.size, self._tensors)
         self.synchronize(device)
         return self._tensors.open(self._handle, self._entries, device)
 
@@ -153,6 +154,24 @@ class StateDictHandle:
     def __repr__(self) -> str:
         return (f"StateDictHandle({len(self._entries)} tensors, {self.nbytes} bytes, "
                 f"key={self._handle.key[:12]!r}...{', exporter' if self._buf is not None else ''})")
+
+
+def _check_entries(entries: List[_Entry], size: int, tensors: Any) -> None:
+    """AclError unless every entry lies in the buffer's size bytes (which IpcHandle.open() in turn
+    checks against the exporter's grant): a pickle is data anyone can edit, and a view past the
+    buffer would read memory nobody granted."""
+    for e in entries:
+        itemsize = tensors.itemsize(e.dtype)
+        count = math.prod(e.shape)
+        bad = None
+        if any(n < 0 for n in e.shape) or e.nbytes != count * itemsize:
+            bad = f"shape {e.shape} of {e.dtype_name} is {count * itemsize} bytes, the entry says {e.nbytes}"
+        elif e.offset < 0 or e.offset % max(itemsize, 1) or e.offset + e.nbytes > size:
+            bad = f"{e.nbytes} bytes at offset {e.offset}"
+        if bad is not None:
+            _C._refuse(100000, "aclrtIpcMemImportByKey",
+                       f"StateDictHandle.open: tensor {e.name!r} claims {bad} but the exporter granted a buffer "
+                       f"of {size} bytes (refused; nothing was imported)")
 
 
 def rebuild(handle: IpcHandle, plain: Iterable[tuple], event: bytes, tensors: Any) -> StateDictHandle:

@@ -19,6 +19,7 @@ lives. In a forked child, objects inherited from the parent do nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
@@ -59,7 +60,7 @@ class PhysicalMemory:
     no mapping and no other process holds it.
     """
 
-    __slots__ = ("_handle", "size", "device", "imported", "_pid", "__weakref__")
+    __slots__ = ("_handle", "size", "device", "imported", "_pid", "_lock", "__weakref__")
 
     def __init__(self, size: int, device: Optional[int] = None, *, huge1g: bool = False) -> None:
         if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
@@ -80,15 +81,26 @@ class PhysicalMemory:
         self.device = device
         self.imported = imported
         self._pid = os.getpid()
+        # Held by close() and by every call that passes the handle to the runtime, so a close in
+        # another thread waits for the call (and the call then sees it closed), never frees the
+        # handle under it.
+        self._lock = threading.RLock()
 
     @property
     def handle(self) -> int:
         """The aclrtDrvMemHandle, as an int (ValueError once closed)."""
-        if self._handle is None:
+        handle = self._handle  # read once: a close() in another thread may clear it
+        if handle is None:
             raise ValueError("PhysicalMemory is closed")
         if self._pid != os.getpid():
             raise ValueError("PhysicalMemory was inherited across fork: it belongs to the parent process")
-        return self._handle
+        return handle
+
+    @contextlib.contextmanager
+    def _held(self):
+        """The handle, kept from close() until the block ends (ValueError once closed)."""
+        with self._lock:
+            yield self.handle
 
     def export(self, pids: Optional[Iterable[int]] = None) -> "ShareableHandle":  # noqa: D417
         """A picklable ShareableHandle other processes of this user open.
@@ -101,16 +113,20 @@ class PhysicalMemory:
         if self.imported:
             raise ValueError("memory imported from another process cannot be exported again (CANN)")
         want = None if pids is None else [int(p) for p in pids]
-        value = _shareable_number(self.handle, want is not None)
-        if want:
-            _C._vmm_set_pids(value, want)
+        with self._held() as handle:
+            value = _shareable_number(handle, want is not None)
+            if want:
+                _C._vmm_set_pids(value, want)
         return ShareableHandle(value, self.size, self.device, os.getpid(), _C._place_here())
 
     def close(self) -> None:
-        """Gives this handle back (aclrtFreePhysical); idempotent."""
-        handle, self._handle = self._handle, None
-        if handle is not None and self._pid == os.getpid():
-            _release_quietly(_C._vmm_free, handle, "a physical memory handle")
+        """Gives this handle back (aclrtFreePhysical); idempotent. Waits for a call on it that
+        another thread is making (map, export); later calls raise ValueError."""
+        lock = getattr(self, "_lock", None)
+        with lock if lock is not None else contextlib.nullcontext():
+            handle, self._handle = self._handle, None
+            if handle is not None and self._pid == os.getpid():
+                _release_quietly(_C._vmm_free, handle, "a physical memory handle")
 
     def __enter__(self) -> "PhysicalMemory":
         return self
@@ -147,12 +163,24 @@ class ShareableHandle:
     def open(self, device: Optional[int] = None) -> PhysicalMemory:
         """This process's PhysicalMemory over the exporter's (on device, default: the exporter's id)."""
         dev = self.device if device is None else int(device)
+        if self.size <= 0 or self.size % granularity(dev):
+            # A physical allocation is whole granules; the size is the handle's claim, checked
+            # again by the runtime when it is mapped (aclrtMapMem maps exactly the allocation).
+            _C._refuse(100000, "aclrtMemImportFromShareableHandle",
+                       f"ShareableHandle.open: the handle claims {self.size} bytes, which no physical allocation "
+                       f"has (a positive multiple of the {granularity(dev)}-byte granularity) (refused)")
         if _C.provider() == "emulated":
             # The emulator's door is a socket of the exporter's network namespace; on NPUs
             # the driver shares across containers, so only the emulator refuses.
             _C._place_check(self.place, "aclrtMemImportFromShareableHandle", f"shareable handle 0x{self.value:016x}",
                             "shareable handle")
         handle = _C._vmm_import(self.value, dev)
+        real = _C._vmm_physical_size(handle)  # None where the runtime cannot tell
+        if real is not None and real != self.size:
+            _release_quietly(_C._vmm_free, handle, "an imported physical memory handle")
+            _C._refuse(100000, "aclrtMemImportFromShareableHandle",
+                       f"ShareableHandle.open: the handle claims {self.size} bytes but the exporter's physical "
+                       f"allocation has {real} (refused; the import is given back)")
         return PhysicalMemory._from_handle(handle, self.size, dev, True)
 
     def __reduce__(self):
@@ -189,7 +217,8 @@ class _Mapping:
     __slots__ = ("reservation", "physical", "address", "size", "_pid")
 
     def __init__(self, reservation: _Reservation, physical: PhysicalMemory, address: int, access: bool) -> None:
-        _C._vmm_map(address, physical.size, physical.handle, access)
+        with physical._held() as handle:
+            _C._vmm_map(address, physical.size, handle, access)
         self.reservation, self.physical, self.address, self.size = reservation, physical, address, physical.size
         self._pid = os.getpid()
 
@@ -236,13 +265,15 @@ class VirtualRange:
         """
         if not isinstance(physical, PhysicalMemory):
             raise TypeError(f"map() needs a PhysicalMemory, not {type(physical).__name__}")
-        res = self._reservation()
-        if offset < 0 or offset % self._granularity or offset + physical.size > res.size:
-            raise ValueError(
-                f"offset {offset} must be a multiple of {self._granularity} with the {physical.size} bytes inside "
-                f"the range's {res.size}"
-            )
+        # Under the lock, from the closed check on: a close() in another thread lands before
+        # (ValueError here) or after (the array returned holds its mapping).
         with self._lock:
+            res = self._reservation()
+            if offset < 0 or offset % self._granularity or offset + physical.size > res.size:
+                raise ValueError(
+                    f"offset {offset} must be a multiple of {self._granularity} with the {physical.size} bytes "
+                    f"inside the range's {res.size}"
+                )
             if offset in self._maps:
                 raise ValueError(f"offset {offset} is mapped already; unmap() it first")
             m = _Mapping(res, physical, res.address + offset, access)
@@ -254,6 +285,7 @@ class VirtualRange:
     def set_access(self, offset: int) -> DeviceArray:
         """Opens a mapping made with access=False for reading and writing; returns an array over it."""
         with self._lock:
+            self._reservation()
             m = self._maps.get(offset)
         if m is None:
             raise ValueError(f"nothing is mapped at offset {offset}")
@@ -262,12 +294,12 @@ class VirtualRange:
 
     def array(self, offset: int = 0, size: Optional[int] = None) -> DeviceArray:
         """A uint8 DeviceArray over [offset, offset + size) of the range, which must be mapped throughout."""
-        res = self._reservation()
+        with self._lock:  # the reservation and its mappings as one snapshot
+            res = self._reservation()
+            spans = sorted(self._maps.items())
         end = res.size if size is None else offset + size
         if offset < 0 or end <= offset or end > res.size:
             raise ValueError(f"[{offset}, {end}) is not a part of the range's {res.size} bytes")
-        with self._lock:
-            spans = sorted(self._maps.items())
         held: List[_Mapping] = []
         at = offset
         for start, m in spans:
@@ -295,6 +327,7 @@ class VirtualRange:
     def unmap(self, offset: int) -> None:
         """Takes the mapping at offset out of the range (when no array over it is left)."""
         with self._lock:
+            self._reservation()
             if self._maps.pop(offset, None) is None:
                 raise ValueError(f"nothing is mapped at offset {offset}")
 
@@ -378,6 +411,13 @@ class MappedHandle:
         """Maps the chunks in a new VirtualRange of this process; returns the view (shape, strides, dtype)."""
         total = sum(c.size for c in self.chunks)
         dev = self.chunks[0].device if device is None else int(device)
+        lo, hi = _extent(self.shape, self.strides, self.dtype)
+        if self.offset + lo < 0 or self.offset + hi > total:
+            # Checked before anything is imported; each chunk's size in turn is checked by the
+            # runtime when it is mapped (aclrtMapMem maps exactly the physical allocation).
+            _C._refuse(100000, "aclrtMemImportFromShareableHandle",
+                       f"MappedHandle.open: the view claims bytes [{self.offset + lo}, {self.offset + hi}) but the "
+                       f"exporter granted {total} bytes in {len(self.chunks)} chunk(s) (refused)")
         rng = VirtualRange(total, dev)
         at = 0
         for c in self.chunks:
@@ -409,6 +449,25 @@ class MappedHandle:
 
     def __repr__(self) -> str:
         return f"<ascend_ipc.MappedHandle {len(self.chunks)} chunk(s) offset={self.offset} shape={self.shape}>"
+
+
+def _extent(shape: Tuple[int, ...], strides: Tuple[int, ...], dtype: str) -> Tuple[int, int]:
+    """[lo, hi): the bytes a view touches, from its element 0 (0, 0 when it has no element)."""
+    import numpy as np  # a dependency of the package; only needed here
+
+    if len(shape) != len(strides):
+        raise ValueError(f"shape {shape} and strides {strides} differ in length")
+    if any(n == 0 for n in shape):
+        return 0, 0
+    lo, hi = 0, np.dtype(dtype).itemsize
+    for n, st in zip(shape, strides):
+        if n < 0:
+            raise ValueError(f"shape {shape} has a negative dimension")
+        if st < 0:
+            lo += (n - 1) * st
+        else:
+            hi += (n - 1) * st
+    return lo, hi
 
 
 def share_mapped(address: int, nbytes: int, shape: Tuple[int, ...], strides: Tuple[int, ...], dtype: str,

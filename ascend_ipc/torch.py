@@ -552,6 +552,10 @@ class _StateDictTensors:
         return dt
 
     @staticmethod
+    def itemsize(dtype: torch.dtype) -> int:
+        return torch.empty((), dtype=dtype).element_size()
+
+    @staticmethod
     def buffer(nbytes: int, device: Optional[int]) -> torch.Tensor:
         return empty((nbytes,), torch.uint8, device)
 

@@ -46,6 +46,11 @@ typedef struct aipc_provider {
    * imported (ACCESS_LINK). NULL where the runtime cannot tell. */
   aclError (*ipc_get_attr)(const char *key, aclrtIpcMemAttrType type, uint64_t *attr);
 
+  /* Not in CANN: the bytes of the physical allocation behind a live handle
+   * (one imported from a shareable handle included), so a caller can check
+   * what a handle's sender claims. NULL where the runtime cannot tell. */
+  aclError (*mem_physical_size)(aclrtDrvMemHandle handle, size_t *size);
+
   /* What the runtime says of itself (its version, the calls it lacks); the
    * first call may ask the runtime. NULL where there is nothing to say (the
    * emulator is this project's own). */

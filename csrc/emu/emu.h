@@ -215,7 +215,8 @@ void aipc__ipc_finalize(void);
 AIPC_CALLS(AIPC_EMU_DECLARE_)
 #undef AIPC_EMU_DECLARE_
 
-/* The table's one entry that is not a CANN call (see core/provider.h). */
+/* The table's entries that are not CANN calls (see core/provider.h). */
 aclError aipc__emu_ipc_get_attr(const char *key, aclrtIpcMemAttrType type, uint64_t *attr);
+aclError aipc__emu_mem_physical_size(aclrtDrvMemHandle handle, size_t *size);
 
 #endif

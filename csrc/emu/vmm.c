@@ -543,6 +543,17 @@ aclError aipc__emu_mem_retain_allocation_handle(void *virPtr, aclrtDrvMemHandle 
   return rc;
 }
 
+aclError aipc__emu_mem_physical_size(aclrtDrvMemHandle handle, size_t *size) {
+  const char *call = "mem_physical_size";
+  if (!size) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: size is NULL", call);
+  pthread_mutex_lock(&g.mu);
+  phys *ph = NULL;
+  aclError rc = find_handle(call, handle, &ph);
+  if (rc == ACL_SUCCESS) *size = (size_t)ph->size;
+  pthread_mutex_unlock(&g.mu);
+  return rc;
+}
+
 aclError aipc__emu_mem_get_address_range(void *ptr, void **pbase, size_t *psize) {
   const char *call = AIPC_CALL_NAME(mem_get_address_range);
   if (!ptr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: ptr is NULL", call);

@@ -97,25 +97,22 @@ static void sync_slice(const aipc_provider *p, aipc_py_failure *f, int32_t devic
   (void)aipc_py_note(p, f, AIPC_CALL_NAME(synchronize_event_with_timeout), rc);
 }
 
-/* Waits for c->handle; timeout_s < 0: without limit. 0, or -1 with an exception. */
-static int synchronize(aipc_py_state *st, event_call *c, int32_t device, double timeout_s) {
-  if (timeout_s < 0) {
-    c->timeout_ms = AIPC_PY_WAIT_SLICE_MS;
-    return aipc_py_wait_slices(st, device, sync_slice, c, &c->done);
-  }
-  long long deadline_ms = (long long)(timeout_s * 1000.0);
+/* Waits for c->handle; timeout_s < 0: without limit. 0, or -1 with an
+ * exception. owner (NULL for a handle of the caller's own): the Event whose
+ * close() waits for the slice running; the next slice sees it closed. */
+static int synchronize(aipc_py_state *st, event_call *c, int32_t device, double timeout_s, aipc_py_event *owner) {
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {owner != NULL ? &owner->busy : NULL, NULL, NULL};
+  long long deadline_ms = timeout_s < 0 ? -1 : (long long)(timeout_s * 1000.0);
   for (long long waited = 0;;) {
     long long left = deadline_ms - waited;
-    c->timeout_ms = left > AIPC_PY_WAIT_SLICE_MS ? AIPC_PY_WAIT_SLICE_MS : (left < 1 ? 1 : (int32_t)left);
+    c->timeout_ms = deadline_ms < 0 || left > AIPC_PY_WAIT_SLICE_MS ? AIPC_PY_WAIT_SLICE_MS
+                                                                    : (left < 1 ? 1 : (int32_t)left);
     c->done = 0;
-    aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-    if (aipc_py_call_released(st->provider, &f, device, sync_slice, c) != ACL_SUCCESS) {
-      aipc_py_raise(st, &f);
-      return -1;
-    }
+    if (aipc_py_call_counted(st, device, busy, sync_slice, c) < 0) return -1;
     if (c->done) return 0;
     waited += c->timeout_ms;
-    if (waited >= deadline_ms) {
+    if (deadline_ms >= 0 && waited >= deadline_ms) {
+      aipc_py_failure f = AIPC_PY_FAILURE_INIT;
       f.code = ACL_ERROR_RT_EVENT_SYNC_TIMEOUT;
       f.call = AIPC_CALL_NAME(synchronize_event_with_timeout);
       snprintf(f.message, sizeof f.message, "Event.synchronize: the event did not complete within %g s", timeout_s);
@@ -123,6 +120,10 @@ static int synchronize(aipc_py_state *st, event_call *c, int32_t device, double 
       return -1;
     }
     if (PyErr_CheckSignals() < 0) return -1;
+    if (owner != NULL && owner->handle == NULL) {
+      PyErr_SetString(PyExc_ValueError, "Event is closed");
+      return -1;
+    }
   }
 }
 
@@ -207,7 +208,7 @@ int aipc_py_event_record(aipc_py_state *st, aipc_py_event *ev, PyObject *stream_
   if (aipc_py_event_usable(ev) < 0) return -1;
   event_call c = {.handle = ev->handle};
   if (aipc_py_stream_arg(st, stream_obj, &c.stream) < 0) return -1;
-  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {aipc_py_stream_busy(stream_obj), NULL, NULL};
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&ev->busy, aipc_py_stream_busy(stream_obj), NULL};
   return aipc_py_call_counted(st, ev->device, busy, record_event, &c);
 }
 
@@ -215,7 +216,7 @@ int aipc_py_event_wait_handle(aipc_py_state *st, const aclrtIpcEventHandle *h, i
   event_call c = {.ipc = *h};
   if (device < 0) device = aipc_py_current_device(st->provider);
   if (aipc_py_call(st, device, open_event, &c) < 0) return -1;
-  int rc = synchronize(st, &c, device, -1.0);
+  int rc = synchronize(st, &c, device, -1.0, NULL);
   aipc_py_failure f = AIPC_PY_FAILURE_INIT;
   if (aipc_py_call_released(st->provider, &f, device, destroy_event, &c) != ACL_SUCCESS && rc == 0) {
     aipc_py_raise(st, &f);
@@ -237,7 +238,8 @@ static PyObject *event_record(PyObject *op, PyObject *args, PyObject *kwargs) {
 static PyObject *event_query(PyObject *op, PyObject *unused) {
   if (aipc_py_event_usable(SELF) < 0) return NULL;
   event_call c = {.handle = SELF->handle};
-  if (aipc_py_call(aipc_py_state_of(Py_TYPE(op)), SELF->device, query_event, &c) < 0) return NULL;
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&SELF->busy, NULL, NULL};
+  if (aipc_py_call_counted(aipc_py_state_of(Py_TYPE(op)), SELF->device, busy, query_event, &c) < 0) return NULL;
   return PyBool_FromLong(c.status == ACL_EVENT_RECORDED_STATUS_COMPLETE);
 }
 
@@ -257,7 +259,7 @@ static PyObject *event_synchronize(PyObject *op, PyObject *args, PyObject *kwarg
   if (aipc_py_event_usable(SELF) < 0) return NULL;
   event_call c = {.handle = SELF->handle};
   Py_INCREF(op); /* alive while the GIL is released */
-  int rc = synchronize(aipc_py_state_of(Py_TYPE(op)), &c, SELF->device, timeout);
+  int rc = synchronize(aipc_py_state_of(Py_TYPE(op)), &c, SELF->device, timeout, SELF);
   Py_DECREF(op);
   if (rc < 0) return NULL;
   Py_RETURN_NONE;
@@ -271,17 +273,23 @@ static PyObject *event_elapsed(PyObject *op, PyObject *other) {
   }
   if (aipc_py_event_usable(SELF) < 0 || aipc_py_event_usable((aipc_py_event *)other) < 0) return NULL;
   event_call c = {.handle = SELF->handle, .other = ((aipc_py_event *)other)->handle};
-  if (aipc_py_call(st, SELF->device, elapsed, &c) < 0) return NULL;
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&SELF->busy, other != op ? &((aipc_py_event *)other)->busy : NULL, NULL};
+  if (aipc_py_call_counted(st, SELF->device, busy, elapsed, &c) < 0) return NULL;
   return PyFloat_FromDouble((double)c.ms);
 }
 
 static PyObject *event_close(PyObject *op, PyObject *unused) {
-  if (SELF->handle == NULL) Py_RETURN_NONE;
+  aclrtEvent handle = SELF->handle;
+  if (handle == NULL) Py_RETURN_NONE;
+  SELF->handle = NULL; /* new calls (and a second close) see it closed from now on */
   if (SELF->pid == aipc_py_pid()) {
-    event_call c = {.handle = SELF->handle};
-    if (aipc_py_call(aipc_py_state_of(Py_TYPE(op)), SELF->device, destroy_event, &c) < 0) return NULL;
+    aipc_py_wait_idle(&SELF->busy, NULL, NULL); /* calls running in other threads */
+    event_call c = {.handle = handle};
+    if (aipc_py_call(aipc_py_state_of(Py_TYPE(op)), SELF->device, destroy_event, &c) < 0) {
+      if (SELF->handle == NULL) SELF->handle = handle; /* still alive: close() can be retried */
+      return NULL;
+    }
   }
-  SELF->handle = NULL;
   Py_RETURN_NONE;
 }
 

@@ -603,6 +603,23 @@ static PyObject *fn_register_callbacks(PyObject *module, PyObject *args, PyObjec
   Py_RETURN_NONE;
 }
 
+/* _refuse(code, call, message): raises AclError as a failed runtime call
+ * would, for the package's own checks of what a handle claims. */
+static PyObject *fn_refuse(PyObject *module, PyObject *args) {
+  int code;
+  const char *call, *message;
+  if (!PyArg_ParseTuple(args, "iss:_refuse", &code, &call, &message)) return NULL;
+  if (code == ACL_SUCCESS) {
+    PyErr_SetString(PyExc_ValueError, "_refuse() needs an error code, not 0");
+    return NULL;
+  }
+  aipc_py_failure f = AIPC_PY_FAILURE_INIT;
+  f.code = code;
+  f.call = call;
+  snprintf(f.message, sizeof f.message, "%s", message);
+  return aipc_py_raise(aipc_py_state_of_module(module), &f);
+}
+
 /* ---- the method table ------------------------------------------------------ */
 
 /* Each docstring starts with a text signature ("name($module, ...)\n--\n\n"),
@@ -680,6 +697,10 @@ PyMethodDef aipc_py_module_functions[] = {
      "them over once; the extension never imports the package): put and drop's\n"
      "hold(handle, one_receiver) and release(address, token), and\n"
      "open_torch(handle, *args, **kwargs) behind IpcHandle.open_torch()."},
+    {"_refuse", fn_refuse, METH_VARARGS,
+     "_refuse($module, code, call, message, /)\n--\n\n"
+     "Raises AclError(code) from call with message, as a failed runtime call would\n"
+     "(internal: the package's checks of what a handle claims)."},
     {"_live_allocations", fn_live_allocations, METH_NOARGS,
      "_live_allocations($module, /)\n--\n\n"
      "The live allocations of this process: a list of (base, size, device, kind)\n"

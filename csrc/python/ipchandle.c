@@ -257,6 +257,7 @@ typedef struct import_call {
   int32_t mem_device;     /* the exporter's device */
   void *ptr;              /* out: the mapping */
   aipc_py_import *import; /* out: its place in the key's order */
+  size_t granted;         /* out: bytes mapped from ptr on (the grant), 0 if the runtime cannot tell */
 } import_call;
 
 static void import_by_key(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
@@ -264,7 +265,27 @@ static void import_by_key(const aipc_provider *p, aipc_py_failure *f, int32_t de
   /* Memory of another device is reached through peer access. */
   uint64_t flags =
       device == c->mem_device ? ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT : ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS;
-  (void)aipc_py_import_open(p, f, c->key, flags, &c->ptr, &c->import);
+  if (aipc_py_import_open(p, f, c->key, flags, &c->ptr, &c->import) != ACL_SUCCESS) return;
+  /* The handle is data anyone can edit: what the runtime mapped is the
+   * grant. A runtime without the query (older CANN) leaves it unknown. */
+  void *base = NULL;
+  size_t size = 0;
+  if (p->mem_get_address_range(c->ptr, &base, &size) != ACL_SUCCESS) {
+    (void)p->get_recent_err_msg();
+  } else if ((uintptr_t)c->ptr >= (uintptr_t)base && (uintptr_t)c->ptr - (uintptr_t)base < size) {
+    c->granted = size - ((uintptr_t)c->ptr - (uintptr_t)base);
+  }
+}
+
+/* "4 MiB", "12 KiB" or "4097 bytes", for messages. */
+static void format_bytes(char *out, size_t len, Py_ssize_t n) {
+  if (n > 0 && n % (1 << 20) == 0) {
+    snprintf(out, len, "%zd MiB", n >> 20);
+  } else if (n > 0 && n % 1024 == 0) {
+    snprintf(out, len, "%zd KiB", n >> 10);
+  } else {
+    snprintf(out, len, "%zd bytes", n);
+  }
 }
 
 /* Gives back an import no object took (its close waits for older ones as any other). */
@@ -295,14 +316,35 @@ static PyObject *handle_open(PyObject *op, PyObject *args, PyObject *kwargs) {
       return NULL;
     }
   }
+  /* The wait above let the GIL go: a close() in another thread may have landed. */
+  if (SELF->has_event && check_open(SELF) < 0) return NULL;
   memcpy(c.key, SELF->key, sizeof c.key);
   c.mem_device = SELF->device;
   c.ptr = NULL;
   c.import = NULL;
-  if (aipc_py_call(st, device, import_by_key, &c) < 0) return NULL;
+  c.granted = 0;
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&SELF->busy, NULL, NULL};
+  if (aipc_py_call_counted(st, device, busy, import_by_key, &c) < 0) return NULL;
 
-  aipc_py_allocation *alloc =
-      aipc_py_allocation_create(st, AIPC_PY_IMPORTED, c.ptr, (size_t)SELF->size, c.mem_device, c.import);
+  /* Wrap exactly the grant; a handle that claims more (its size, so its view)
+   * is refused and its import closed again, never read past the mapping. */
+  size_t wrap = c.granted != 0 ? c.granted : (size_t)SELF->size;
+  if ((size_t)SELF->size > wrap) {
+    aipc_py_failure f = AIPC_PY_FAILURE_INIT, drop = AIPC_PY_FAILURE_INIT;
+    char claims[32], granted[32], view[32];
+    format_bytes(claims, sizeof claims, SELF->size);
+    format_bytes(granted, sizeof granted, (Py_ssize_t)wrap);
+    format_bytes(view, sizeof view, SELF->nbytes);
+    f.code = ACL_ERROR_INVALID_PARAM;
+    f.call = AIPC_CALL_NAME(ipc_import_by_key);
+    snprintf(f.message, sizeof f.message,
+             "IpcHandle.open: the handle claims %s (a view of %s at offset %zd) but the exporter granted %s "
+             "(refused; the import is closed again)",
+             claims, view, SELF->offset, granted);
+    (void)aipc_py_call_released(st->provider, &drop, AIPC_PY_NO_DEVICE, drop_import, c.import);
+    return aipc_py_raise(st, &f);
+  }
+  aipc_py_allocation *alloc = aipc_py_allocation_create(st, AIPC_PY_IMPORTED, c.ptr, wrap, c.mem_device, c.import);
   if (alloc == NULL) {
     aipc_py_failure f = AIPC_PY_FAILURE_INIT; /* the exception set is the one to report */
     (void)aipc_py_call_released(st->provider, &f, AIPC_PY_NO_DEVICE, drop_import, c.import);
@@ -341,18 +383,25 @@ static void close_export(const aipc_provider *p, aipc_py_failure *f, int32_t dev
 static PyObject *handle_close(PyObject *op, PyObject *unused) {
   aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
   if (SELF->closed) Py_RETURN_NONE;
+  /* Closed before the GIL is let go: a close in another thread returns at
+   * once, and new open()s and allow()s raise ValueError. */
+  SELF->closed = 1;
+  Py_INCREF(op);
+  aipc_py_wait_idle(&SELF->busy, NULL, NULL); /* open()s and allow()s already at the runtime */
   if (is_exporter(SELF) && aipc_py_allocation_export_by_key(SELF->alloc, SELF->key) != NULL) {
     char key[AIPC_PY_KEY_LEN];
     memcpy(key, SELF->key, sizeof key);
     aipc_py_allocation *alloc = (aipc_py_allocation *)Py_NewRef((PyObject *)SELF->alloc);
     if (aipc_py_call(st, AIPC_PY_NO_DEVICE, close_export, key) < 0) {
       Py_DECREF(alloc);
+      SELF->closed = 0;
+      Py_DECREF(op);
       return NULL; /* still exported: fix the order and retry */
     }
     aipc_py_allocation_remove_export(alloc, key);
     Py_DECREF(alloc);
   }
-  SELF->closed = 1;
+  Py_DECREF(op);
   release_hold(SELF); /* a copy closed unopened: the sender need not wait for it */
   Py_CLEAR(SELF->alloc); /* may give the memory back if nothing else uses it */
   Py_CLEAR(SELF->keepalive);
@@ -418,7 +467,8 @@ static PyObject *handle_allow(PyObject *op, PyObject *args, PyObject *kwargs) {
   if (pids == NULL) return NULL;
   allow_call c = {.pids = pids, .npids = npids, .inter_server = sdid_obj != Py_None, .sdid = (uint32_t)sdid};
   memcpy(c.key, SELF->key, sizeof c.key);
-  int rc = aipc_py_call(st, AIPC_PY_NO_DEVICE, allow_pids, &c);
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&SELF->busy, NULL, NULL};
+  int rc = aipc_py_call_counted(st, AIPC_PY_NO_DEVICE, busy, allow_pids, &c);
   PyMem_Free(pids);
   if (rc < 0) return NULL;
   Py_RETURN_NONE;

@@ -34,6 +34,7 @@ typedef struct aipc_py_handle {
   int32_t device;      /* the exporter's device */
   long pid;            /* the exporter's process id (0 if unknown) */
   int closed;
+  Py_ssize_t busy;     /* open()s and allow()s at the runtime with the GIL released; close() waits for them */
   int has_event;       /* export(stream=...): open() waits for this IPC event first */
   aclrtIpcEventHandle event;
   PyObject *event_obj; /* exporter side: the Event itself, alive while the handle is */

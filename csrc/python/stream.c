@@ -147,7 +147,7 @@ static PyObject *stream_wait(PyObject *op, PyObject *event_obj) {
   aipc_py_event *ev = (aipc_py_event *)event_obj;
   if (aipc_py_event_usable(ev) < 0) return NULL;
   wait_call c = {SELF->handle, ev->handle};
-  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&SELF->busy, NULL, NULL};
+  Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&SELF->busy, &ev->busy, NULL};
   if (aipc_py_call_counted(st, SELF->device, busy, stream_wait_event, &c) < 0) return NULL;
   if (aipc_py_stream_keep(op, event_obj) < 0) return NULL;
   Py_RETURN_NONE;

@@ -35,6 +35,7 @@ typedef struct aipc_py_event {
   long pid;
   int ipc, timing, opened;
   aclrtIpcEventHandle ipc_handle; /* ipc: the handle (the creator fetches it at creation) */
+  Py_ssize_t busy; /* calls using handle with the GIL released (aipc_py_call_counted) */
 } aipc_py_event;
 
 /* Both types (event.c adds Event). */

@@ -259,6 +259,16 @@ static PyObject *fn_import(PyObject *module, PyObject *args) {
   return checked(st, &f, PyLong_FromVoidPtr(a.handle));
 }
 
+static PyObject *fn_physical_size(PyObject *module, PyObject *arg) {
+  VMM_BEGIN
+  void *h;
+  if (parse_ptr(arg, &h) < 0) return NULL;
+  if (p->mem_physical_size == NULL) Py_RETURN_NONE; /* the runtime cannot tell */
+  size_t size = 0;
+  aipc_py_note(p, &f, "mem_physical_size", p->mem_physical_size(h, &size));
+  return checked(st, &f, PyLong_FromSize_t(size));
+}
+
 /* ---- places ------------------------------------------------------------- */
 
 static PyObject *fn_place_here(PyObject *module, PyObject *unused) {
@@ -316,6 +326,9 @@ PyMethodDef aipc_py_vmm_functions[] = {
      "_vmm_export($module, handle, check_pids, /)\n--\n\naclrtMemExportToShareableHandle: the 64-bit shareable handle."},
     {"_vmm_set_pids", fn_set_pids, METH_VARARGS,
      "_vmm_set_pids($module, shareable, pids, /)\n--\n\naclrtMemSetPidToShareableHandle."},
+    {"_vmm_physical_size", fn_physical_size, METH_O,
+     "_vmm_physical_size($module, handle, /)\n--\n\nBytes of the physical allocation behind handle, or None where "
+     "the runtime cannot tell."},
     {"_vmm_import", fn_import, METH_VARARGS,
      "_vmm_import($module, shareable, device, /)\n--\n\naclrtMemImportFromShareableHandle on device (GIL released): the handle."},
     {NULL, NULL, 0, NULL},
