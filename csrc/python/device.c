@@ -98,19 +98,6 @@ int32_t aipc_py_current_device(const aipc_provider *p) {
   return cur < 0 ? 0 : cur;
 }
 
-int aipc_py_wait_slices(aipc_py_state *st, int32_t device, aipc_py_released_fn slice, void *arg, int *done) {
-  for (;;) {
-    aipc_py_failure f = AIPC_PY_FAILURE_INIT;
-    *done = 0;
-    if (aipc_py_call_released(st->provider, &f, device, slice, arg) != ACL_SUCCESS) {
-      aipc_py_raise(st, &f);
-      return -1;
-    }
-    if (*done) return 0;
-    if (PyErr_CheckSignals() < 0) return -1;
-  }
-}
-
 /* ---- device= arguments ----------------------------------------------------- */
 
 int aipc_py_parse_device(PyObject *obj, int32_t *device) {

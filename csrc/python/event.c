@@ -80,7 +80,7 @@ static void elapsed(const aipc_provider *p, aipc_py_failure *f, int32_t device, 
   (void)aipc_py_note(p, f, AIPC_CALL_NAME(event_elapsed_time), p->event_elapsed_time(&c->ms, c->handle, c->other));
 }
 
-/* One slice of a synchronize (see aipc_py_wait_slices). */
+/* One slice of a synchronize (AIPC_PY_WAIT_SLICE_MS). */
 static void sync_slice(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
   event_call *c = arg;
   aclError rc = p->synchronize_event_with_timeout(c->handle, c->timeout_ms);

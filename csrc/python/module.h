@@ -165,15 +165,10 @@ void aipc_py_wait_idle(Py_ssize_t *busy, int (*keep_waiting)(void *), void *arg)
 /* The calling thread's current device (0 when it has none). No GIL needed. */
 int32_t aipc_py_current_device(const aipc_provider *p);
 
-/*
- * A wait that Ctrl-C can interrupt: runs slice (an aipc_py_released_fn that
- * waits at most AIPC_PY_WAIT_SLICE_MS and sets *done when the wait is over)
- * with the GIL released, again and again, checking for signals in between.
- * 0 once *done, or -1 with AclError (a failure in f) or the signal handler's
- * exception (KeyboardInterrupt) set.
- */
+/* A wait that Ctrl-C can interrupt and close() can end runs in slices of at
+ * most this long, each counted (aipc_py_call_counted), with signals checked
+ * in between: Stream.synchronize, Event.synchronize. */
 #define AIPC_PY_WAIT_SLICE_MS 100
-int aipc_py_wait_slices(aipc_py_state *st, int32_t device, aipc_py_released_fn slice, void *arg, int *done);
 
 /* ---- argument helpers (device.c) ---------------------------------------- */
 

@@ -111,7 +111,7 @@ static PyObject *stream_synchronize(PyObject *op, PyObject *unused) {
   Py_ssize_t *busy[AIPC_PY_BUSY_MAX] = {&SELF->busy, NULL, NULL};
   Py_INCREF(op);
   int rc = 0;
-  /* aipc_py_wait_slices, counted: a close() in another thread waits for the
+  /* In counted slices: a close() in another thread waits for the
    * slice running, and the next one sees the stream closed. */
   while (rc == 0 && !c.done) {
     if (aipc_py_call_counted(st, SELF->device, busy, sync_slice, &c) < 0 || (!c.done && PyErr_CheckSignals() < 0)) {
