@@ -133,14 +133,11 @@ aipc__os_fd_verdict aipc__os_fd_check_sealed(int fd, uint64_t min_size, bool exa
 
 const char *aipc__os_fd_verdict_text(aipc__os_fd_verdict v) {
   switch (v) {
-    case AIPC_FD_OK: return "is fine";
-    case AIPC_FD_NOT_FILE: return "is not a memory file (a pipe, socket or other descriptor)";
-    case AIPC_FD_NOT_MEMFD: return "is not a memfd (a file that takes no seals)";
-    case AIPC_FD_CAN_SHRINK: return "is not sealed against shrinking";
-    case AIPC_FD_CAN_GROW: return "is not sealed against growing";
-    case AIPC_FD_WRITE_SEALED: return "is sealed against writing (this process writes to it)";
-    case AIPC_FD_TOO_SMALL: return "is smaller than the range granted";
-    case AIPC_FD_WRONG_SIZE: return "does not have the exact size expected";
+#define AIPC_OS_FD_TEXT_(name, text) \
+  case AIPC_FD_##name:               \
+    return text;
+    AIPC_OS_FD_VERDICTS(AIPC_OS_FD_TEXT_)
+#undef AIPC_OS_FD_TEXT_
   }
   return "is unusable";
 }

@@ -94,15 +94,19 @@ int aipc__os_memfd_sealed(const char *name, uint64_t size);
  * sealed against writing, at least min_size bytes (exactly, when exact).
  * Returns the first rule broken; *size gets the file's size when known.
  */
+#define AIPC_OS_FD_VERDICTS(X)                                                        \
+  X(OK, "is fine")                                                                    \
+  X(NOT_FILE, "is not a memory file (a pipe, socket or other descriptor)")            \
+  X(NOT_MEMFD, "is not a memfd (a file that takes no seals)")                         \
+  X(CAN_SHRINK, "is not sealed against shrinking")                                    \
+  X(CAN_GROW, "is not sealed against growing")                                        \
+  X(WRITE_SEALED, "is sealed against writing (this process writes to it)")            \
+  X(TOO_SMALL, "is smaller than the range granted")                                   \
+  X(WRONG_SIZE, "does not have the exact size expected")
 typedef enum aipc__os_fd_verdict {
-  AIPC_FD_OK = 0,
-  AIPC_FD_NOT_FILE,
-  AIPC_FD_NOT_MEMFD,
-  AIPC_FD_CAN_SHRINK,
-  AIPC_FD_CAN_GROW,
-  AIPC_FD_WRITE_SEALED,
-  AIPC_FD_TOO_SMALL,
-  AIPC_FD_WRONG_SIZE,
+#define AIPC_OS_FD_ENUM_(name, text) AIPC_FD_##name,
+  AIPC_OS_FD_VERDICTS(AIPC_OS_FD_ENUM_)
+#undef AIPC_OS_FD_ENUM_
 } aipc__os_fd_verdict;
 aipc__os_fd_verdict aipc__os_fd_check_sealed(int fd, uint64_t min_size, bool exact, uint64_t *size);
 /* The rule a verdict names, to follow "... that": "is not sealed against shrinking". */

@@ -31,7 +31,8 @@ when it appeared:
 * the runtime's caches, which are made on first use and bounded: the device
   reservations and the importer's anchors (anonymous, so never counted), the exporter's
   server socket, epoll and eventfd, the importer's persistent connections
-  (``SOCK_SEQPACKET`` sockets) and the
+  (``SOCK_SEQPACKET`` sockets, and on the exporter's side a pidfd of each connection's
+  opener) and the
   exporters' release ledgers (``memfd:ascend_ipc_ledger``) they hold; and the two
   datagram sockets of put and drop (``ascend_ipc/_handoff.py``: the release socket a
   sender serves, the one a receiver sends its releases from);
@@ -293,6 +294,8 @@ def _runtime_fd(target: str, seqpacket: set[str]) -> bool:
         return True  # release ledgers shared with exporters and importers
     if target in ("anon_inode:[eventpoll]", "anon_inode:[eventfd]"):
         return True  # the exporter's server thread
+    if target == "anon_inode:[pidfd]":
+        return True  # the process that opened a server connection, kept with it
     if target.startswith("socket:["):
         return target[8:-1] in seqpacket  # server socket, server and client connections
     return False
