@@ -2,6 +2,8 @@
 workers import them (they run none of the test's code): each makes its tensors with
 ascend_ipc.torch and nothing else."""
 
+import time
+
 import torch
 
 import ascend_ipc.torch as atorch
@@ -11,8 +13,8 @@ from ascend_ipc import _handoff
 class Batches(torch.utils.data.Dataset):
     """Whole batches from __getitem__ (DataLoader(batch_size=None))."""
 
-    def __init__(self, n, shape):
-        self.n, self.shape = n, shape
+    def __init__(self, n, shape, settle_to=None):
+        self.n, self.shape, self.settle_to = n, shape, settle_to
 
     def __len__(self):
         return self.n
@@ -20,7 +22,13 @@ class Batches(torch.utils.data.Dataset):
     def __getitem__(self, i):
         t = atorch.empty(self.shape, dtype=torch.int64)
         t.fill_(i)
-        # how many hand-offs this worker still holds: bounded by what is in flight
+        # How many hand-offs this worker still holds: bounded by what is in flight. Releases
+        # of batches the main process opened come in by themselves, whenever the machine lets
+        # the threads run: with settle_to, wait for them (however long a loaded machine takes,
+        # up to a minute) so the count says what is still unreleased, not how busy the CPUs are.
+        deadline = time.monotonic() + 60
+        while self.settle_to is not None and _handoff.held() > self.settle_to and time.monotonic() < deadline:
+            time.sleep(0.001)
         return {"index": i, "data": t, "held": _handoff.held()}
 
 

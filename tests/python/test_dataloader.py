@@ -74,7 +74,8 @@ def test_a_long_run_holds_only_what_is_in_flight():
     # prefetch window, and the main process's descriptors and device memory come back.
     n = 3000
     loader = torch.utils.data.DataLoader(
-        DW.Batches(n, (16,)), batch_size=None, num_workers=2, prefetch_factor=4, multiprocessing_context="fork",
+        DW.Batches(n, (16,), settle_to=2 * 4 + 4), batch_size=None, num_workers=2, prefetch_factor=4,
+        multiprocessing_context="fork",
         persistent_workers=True,
     )
     for i, batch in enumerate(loader):  # a first epoch: connections to the workers are made
