@@ -128,6 +128,21 @@ static inline int chan_spawn(chan *c, chan_fn fn, void *arg) {
   return pid;
 }
 
+/* Runs fn(arg) in a child, sends it key, and reads back what it reports: a
+ * code (returned) and cap bytes of message; waits for the child (it must
+ * exit 0). */
+static inline int ask_child(chan_fn fn, void *arg, const char *key, char *msg, size_t cap) {
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, fn, arg);
+  to_child(&c, key, KEYLEN);
+  int rc = recv_int(c.up[0]);
+  from_child(&c, msg, cap);
+  CHECK_EQ(th_wait(pid), 0);
+  chan_close(&c);
+  return rc;
+}
+
 /* Open descriptors of this process. */
 static inline int fd_count(void) {
   DIR *d = opendir("/proc/self/fd");
@@ -150,6 +165,38 @@ static inline int check_pattern(const void *p, size_t n, uint32_t seed) {
   for (size_t i = 0; i < n / 4; i++)
     if (w[i] != seed * 2654435761u + (uint32_t)i) return 0;
   return 1;
+}
+
+/* A xorshift64 step: reproducible pseudo-random numbers from a seed (never 0). */
+static inline uint64_t xorshift64(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return *s = x ? x : 0x9E3779B97F4A7C15ull;
+}
+
+/* ---- physical memory (the VMM calls) ---- */
+
+/* Properties of plain physical memory on device. */
+static inline aclrtPhysicalMemProp phys_prop_on(uint32_t device) {
+  aclrtPhysicalMemProp p;
+  memset(&p, 0, sizeof p);
+  p.handleType = ACL_MEM_HANDLE_TYPE_NONE;
+  p.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
+  p.memAttr = ACL_HBM_MEM_NORMAL;
+  p.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+  p.location.id = device;
+  return p;
+}
+
+/* size bytes of physical memory on device 0. */
+static inline aclrtDrvMemHandle phys_new(size_t size) {
+  aclrtPhysicalMemProp p = phys_prop_on(0);
+  aclrtDrvMemHandle h = NULL;
+  CHECK_OK(aclrtMallocPhysical(&h, size, &p, 0));
+  CHECK(h != NULL);
+  return h;
 }
 
 /* ---- the key format, for crafting forged keys (see docs/design-ipc.md) ---- */

@@ -102,22 +102,16 @@ static aclError expect_error_packet(int sock, char text[MSG_MAX]) {
   ssize_t r = raw_recv(sock, b, sizeof b, fds, &nfd, 0);
   if (r < 32) th_fail(__FILE__, __LINE__, "expected an ERROR, got %zd bytes (%s)", r, r < 0 ? strerror(errno) : "");
   CHECK_EQ(nfd, 0);
-  uint16_t type;
-  uint32_t len, tl;
-  uint64_t req;
-  int32_t status;
-  memcpy(&type, b + 6, 2);
-  memcpy(&len, b + 8, 4);
-  memcpy(&req, b + 16, 8);
-  memcpy(&status, b + 24, 4);
+  wire_head h = wire_head_of(b);
+  uint32_t tl;
   memcpy(&tl, b + 28, 4);
-  CHECK_EQ(type, 4);
-  CHECK_EQ(len, (uint32_t)r);
-  CHECK_EQ(req, 0); /* sent at accept: it answers no request in particular */
+  CHECK_EQ(h.type, 4);
+  CHECK_EQ(h.len, (uint32_t)r);
+  CHECK_EQ(h.req, 0); /* sent at accept: it answers no request in particular */
   CHECK(tl < MSG_MAX && 32 + tl == (uint32_t)r);
   memcpy(text, b + 32, tl);
   text[tl] = '\0';
-  return status;
+  return h.status;
 }
 
 /* The peer closed sock: EOF now (not a reset, not silence). */
@@ -757,21 +751,27 @@ static aclError raw_import(int sock, const char *key, uint64_t req, char text[MS
   for (int i = 0; i < nfd; i++) close(fds[i]);
   memset(text, 0, MSG_MAX); /* all of it goes to the parent */
   if (r < 64) return r == 0 ? -1 : -2; /* EOF, or not a reply */
-  uint16_t type;
-  uint64_t rq;
-  int32_t status;
+  wire_head h = wire_head_of(b);
   uint32_t tl;
-  memcpy(&type, b + 6, 2);
-  memcpy(&rq, b + 16, 8);
-  memcpy(&status, b + 24, 4);
   memcpy(&tl, b + 56, 4);
-  CHECK_EQ(type, 2);
-  CHECK_EQ(rq, req);
+  CHECK_EQ(h.type, 2);
+  CHECK_EQ(h.req, req);
   if (tl < MSG_MAX && 64 + tl <= (uint32_t)r) {
     memcpy(text, b + 64, tl);
     text[tl] = 0;
   }
-  return status;
+  return h.status;
+}
+
+/* Once the importers are gone: the exporter holds no connection and no
+ * reference, its books balance; then the export, p and the runtime end. */
+static void nothing_held_then_end(const char *key, void *p) {
+  expect_connections(0);
+  CHECK_EQ(counts().references, 0);
+  books_balance();
+  CHECK_OK(aclrtIpcMemClose(key));
+  CHECK_OK(aclrtFree(p));
+  CHECK_OK(aclFinalize());
 }
 
 /* Connects and imports once (granted), then forks: the child, which holds
@@ -805,23 +805,11 @@ static int inherited_connection_user(chan *c, void *arg) {
 TEST(an_inherited_connection_serves_only_the_process_that_opened_it) {
   char key[KEYLEN], text[MSG_MAX];
   void *p = export_new(PAGE, EXPORT_ANY, key); /* no whitelist: any process of the user may import */
-  chan c;
-  chan_open(&c);
-  int pid = chan_spawn(&c, inherited_connection_user, NULL);
-  to_child(&c, key, KEYLEN);
-  aclError rc = recv_int(c.up[0]);
-  from_child(&c, text, MSG_MAX);
+  aclError rc = ask_child(inherited_connection_user, NULL, key, text, MSG_MAX);
   fprintf(stderr, "  the opener's child on its connection -> %d: %s\n", rc, text);
   CHECK_EQ(rc, ACL_ERROR_RT_NO_PERMISSION);
   CHECK(strstr(text, "opened by process") != NULL);
-  CHECK_EQ(th_wait(pid), 0);
-  chan_close(&c);
-  expect_connections(0);
-  CHECK_EQ(counts().references, 0);
-  books_balance();
-  CHECK_OK(aclrtIpcMemClose(key));
-  CHECK_OK(aclrtFree(p));
-  CHECK_OK(aclFinalize());
+  nothing_held_then_end(key, p);
 }
 
 /* The recycled-pid attack on an inherited connection: a whitelisted worker
@@ -910,10 +898,5 @@ TEST(a_recycled_pid_is_refused_on_an_inherited_connection) {
     CHECK_EQ(rc, ACL_ERROR_RT_NO_PERMISSION);
     CHECK(strstr(text, "gone") != NULL);
   }
-  expect_connections(0);
-  CHECK_EQ(counts().references, 0);
-  books_balance();
-  CHECK_OK(aclrtIpcMemClose(key));
-  CHECK_OK(aclrtFree(p));
-  CHECK_OK(aclFinalize());
+  nothing_held_then_end(key, p);
 }

@@ -88,15 +88,7 @@ static int import_reporter(chan *c, void *arg) {
 }
 
 static aclError import_elsewhere(const char *key, char msg[MSG_MAX]) {
-  chan c;
-  chan_open(&c);
-  int pid = chan_spawn(&c, import_reporter, NULL);
-  to_child(&c, key, KEYLEN);
-  aclError rc = recv_int(c.up[0]);
-  from_child(&c, msg, MSG_MAX);
-  CHECK_EQ(th_wait(pid), 0);
-  chan_close(&c);
-  return rc;
+  return ask_child(import_reporter, NULL, key, msg, MSG_MAX);
 }
 
 TEST(a_squatter_on_the_old_name_does_not_stop_exporting_again) {
@@ -156,27 +148,6 @@ TEST(every_start_binds_a_name_never_bound_before) {
 
 /* ---- guessing shareable handles --------------------------------------------- */
 
-static aclrtDrvMemHandle phys_new(size_t size) {
-  aclrtPhysicalMemProp p;
-  memset(&p, 0, sizeof p);
-  p.handleType = ACL_MEM_HANDLE_TYPE_NONE;
-  p.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
-  p.memAttr = ACL_HBM_MEM_NORMAL;
-  p.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
-  p.location.id = 0;
-  aclrtDrvMemHandle h = NULL;
-  CHECK_OK(aclrtMallocPhysical(&h, size, &p, 0));
-  return h;
-}
-
-static uint64_t xs(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return *s = x;
-}
-
 /* Opens handle h once, reports the code and the message. */
 static int handle_opener(chan *c, void *arg) {
   (void)arg;
@@ -223,7 +194,7 @@ static int guesser(chan *c, void *arg) {
   double t0 = now_s();
   for (int i = 0; i < n; i++) {
     uint64_t g;
-    do g = (h & ~0xffffffffull) | (xs(&s) & 0xffffffffull);
+    do g = (h & ~0xffffffffull) | (xorshift64(&s) & 0xffffffffull);
     while ((g & 0xffffffffull) == 0 || g == h);
     aclrtDrvMemHandle mine = NULL;
     aclError rc = aclrtMemImportFromShareableHandle(g, 0, &mine);

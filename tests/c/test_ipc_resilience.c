@@ -33,14 +33,6 @@
 #include "proc_util.h"
 #include "wire_util.h"
 
-static uint64_t xs(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return *s = x ? x : 0x9E3779B97F4A7C15ull;
-}
-
 /* Sets ASCEND_IPC_TIMEOUT_MS for the runtime started next; returns it in seconds. */
 static double set_timeout_ms(int ms) {
   char t[16];
@@ -95,7 +87,7 @@ static int k9_importer(chan *c, void *argp) {
       int v;
       if (read(c->down[0], &v, sizeof v) == (ssize_t)sizeof v) break;
     }
-    uint64_t r = xs(&rs);
+    uint64_t r = xorshift64(&rs);
     int k = (int)(r % K9_KEYS);
     void *p = NULL;
     if ((r >> 8) % 4 == 0 && held[k] < 3) {
@@ -162,7 +154,7 @@ TEST(kill9_importers_mid_loop_counts_recover) {
     for (int i = 0; i < N; i++) CHECK_MSG(aclrtIpcMemClose(args[i].private_key), ACL_ERROR_RT_INTERNAL_ERROR, "still imported");
     /* kill two of them at random moments of their loops */
     for (int i = 0; i < 2; i++) {
-      usleep((useconds_t)(xs(&rs) % 20000));
+      usleep((useconds_t)(xorshift64(&rs) % 20000));
       kill(pid[i], SIGKILL);
       CHECK_EQ(th_wait(pid[i]), 128 + SIGKILL);
       /* its references went with it: the strict close succeeds right after waitpid */
@@ -1104,7 +1096,7 @@ static int ledger_vandal(chan *c, void *arg) {
   /* and garbage everywhere else, the own slot included */
   uint64_t rs = 12345;
   for (uint32_t i = 0; i < 16384; i++)
-    if (i != s1) ledger[i] = (uint32_t)xs(&rs);
+    if (i != s1) ledger[i] = (uint32_t)xorshift64(&rs);
   ledger[s0] = 0xffffffffu;
   send_int(c->up[1], 1);
   /* the exporter, taking those counts in, drops this connection: only it */
@@ -1155,13 +1147,13 @@ TEST(hostile_ledger_writes_hurt_only_the_writer) {
 
 /* One hostile packet: random, or a valid message mutated. *fd_out: attach /dev/null. */
 static size_t hostile_packet(uint64_t *rs, const key_rec *k, uint8_t *b, size_t cap, int *attach) {
-  uint64_t r = xs(rs);
+  uint64_t r = xorshift64(rs);
   size_t n;
   *attach = (r >> 40) % 16 == 0;
   switch (r % 12) {
     case 0: /* noise */
       n = (size_t)((r >> 8) % 700);
-      for (size_t i = 0; i < n; i++) b[i] = (uint8_t)xs(rs);
+      for (size_t i = 0; i < n; i++) b[i] = (uint8_t)xorshift64(rs);
       return n;
     case 1: /* a replayed valid IMPORT (same request id every time) */
       return pkt_import(b, k, 7);
@@ -1169,7 +1161,7 @@ static size_t hostile_packet(uint64_t *rs, const key_rec *k, uint8_t *b, size_t 
       n = pkt_import(b, k, r >> 20);
       int flips = 1 + (int)((r >> 12) % 4);
       for (int i = 0; i < flips; i++) {
-        uint64_t x = xs(rs);
+        uint64_t x = xorshift64(rs);
         b[x % n] ^= (uint8_t)(1u << ((x >> 16) % 8));
       }
       return n;
@@ -1186,7 +1178,7 @@ static size_t hostile_packet(uint64_t *rs, const key_rec *k, uint8_t *b, size_t 
     case 6: { /* a header of a random type and length */
       put_header(b, (uint16_t)((r >> 8) % 8), (uint32_t)(r >> 32), r);
       n = 24 + (size_t)((r >> 16) % 64);
-      for (size_t i = 24; i < n; i++) b[i] = (uint8_t)xs(rs);
+      for (size_t i = 24; i < n; i++) b[i] = (uint8_t)xorshift64(rs);
       return n;
     }
     case 7: /* another protocol version */
@@ -1236,15 +1228,15 @@ static int flood_hostile(chan *c, void *argp) {
       send_int(c->up[1], 1); /* flooding: the worker may start */
       told = 1;
     }
-    key_rec k = key_decode(a->keys[xs(&rs) % FLOOD_KEYS]);
+    key_rec k = key_decode(a->keys[xorshift64(&rs) % FLOOD_KEYS]);
     int sock = raw_connect(a->keys[0]);
     if (sock < 0) {
       usleep(1000);
       continue;
     }
     st.connections++;
-    int burst = 1 + (int)(xs(&rs) % 24);
-    int read_replies = xs(&rs) % 4 != 0;
+    int burst = 1 + (int)(xorshift64(&rs) % 24);
+    int read_replies = xorshift64(&rs) % 4 != 0;
     for (int i = 0; i < burst; i++) {
       int attach;
       size_t n = hostile_packet(&rs, &k, b, sizeof b, &attach);
@@ -1269,7 +1261,7 @@ static int flood_hostile(chan *c, void *argp) {
         }
       }
     }
-    switch (xs(&rs) % 3) {
+    switch (xorshift64(&rs) % 3) {
       case 0: shutdown(sock, SHUT_WR); break; /* half-close, then go */
       default: break;                         /* just go, replies unread */
     }

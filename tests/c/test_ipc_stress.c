@@ -50,14 +50,6 @@ static stress_cfg cfg_load(void) {
   return c;
 }
 
-static uint64_t xs_next(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return *s = x ? x : 0x2545F4914F6CDD1Dull;
-}
-
 /* Export k: a header page (written once by the exporter), then one page per
  * importer (stripe i belongs to importer i). */
 static size_t export_size(const stress_cfg *c) { return PAGE * (size_t)(1 + c->importers); }
@@ -195,7 +187,7 @@ static int importer_main(chan *ch, void *argp) {
   size_t stripe = PAGE * (size_t)(1 + me);
   double t0 = now_s();
   for (int cyc = 0; cyc < c->cycles; cyc++) {
-    uint64_t r = xs_next(&rs);
+    uint64_t r = xorshift64(&rs);
     int k = (int)((r >> 8) % (uint64_t)c->exports);
     unsigned what = (unsigned)(r % 100);
     if (what < 70) {
@@ -375,7 +367,7 @@ static int churn_main(chan *ch, void *argp) {
       st.closes++;
       ptr[s] = NULL;
     }
-    size_t size = PAGE * (1 + xs_next(&rs) % 8);
+    size_t size = PAGE * (1 + xorshift64(&rs) % 8);
     ptr[s] = export_new(size, EXPORT_ANY, keys[s]);
     fill_pattern(ptr[s], size, 0xC0000000u + ++g);
     slot_publish(&sh->slot[s], keys[s], g, (uint32_t)size);

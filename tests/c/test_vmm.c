@@ -16,25 +16,6 @@
 
 #define GRAN (2 * MiB)
 
-static aclrtPhysicalMemProp prop_on(uint32_t device) {
-  aclrtPhysicalMemProp p;
-  memset(&p, 0, sizeof p);
-  p.handleType = ACL_MEM_HANDLE_TYPE_NONE;
-  p.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
-  p.memAttr = ACL_HBM_MEM_NORMAL;
-  p.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
-  p.location.id = device;
-  return p;
-}
-
-static aclrtDrvMemHandle phys_new(size_t size) {
-  aclrtPhysicalMemProp p = prop_on(0);
-  aclrtDrvMemHandle h = NULL;
-  CHECK_OK(aclrtMallocPhysical(&h, size, &p, 0));
-  CHECK(h != NULL);
-  return h;
-}
-
 static void *reserve(size_t size) {
   void *v = NULL;
   CHECK_OK(aclrtReserveMemAddress(&v, size, 0, NULL, 0));
@@ -52,7 +33,7 @@ static aclrtMemAccessDesc rw_on(uint32_t device) {
 }
 
 TEST(granularity_and_properties) {
-  aclrtPhysicalMemProp p = prop_on(0);
+  aclrtPhysicalMemProp p = phys_prop_on(0);
   size_t g = 0;
   CHECK_ACL(aclrtMemGetAllocationGranularity(NULL, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &g), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtMemGetAllocationGranularity(&p, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, NULL), ACL_ERROR_INVALID_PARAM);
@@ -67,27 +48,27 @@ TEST(granularity_and_properties) {
   CHECK_EQ(g, (size_t)1 << 30);
   /* CANN's property checks, the same for every call that takes one */
   aclrtPhysicalMemProp q;
-  q = prop_on(0), q.handleType = ACL_MEM_HANDLE_TYPE_POSIX;
+  q = phys_prop_on(0), q.handleType = ACL_MEM_HANDLE_TYPE_POSIX;
   CHECK_MSG(aclrtMemGetAllocationGranularity(&q, 0, &g), ACL_ERROR_INVALID_PARAM, "handleType");
-  q = prop_on(0), q.allocationType = 7;
+  q = phys_prop_on(0), q.allocationType = 7;
   CHECK_MSG(aclrtMemGetAllocationGranularity(&q, 0, &g), ACL_ERROR_INVALID_PARAM, "allocationType");
-  q = prop_on(0), q.location.type = ACL_MEM_LOCATION_TYPE_MANAGED;
+  q = phys_prop_on(0), q.location.type = ACL_MEM_LOCATION_TYPE_MANAGED;
   CHECK_MSG(aclrtMemGetAllocationGranularity(&q, 0, &g), ACL_ERROR_INVALID_PARAM, "location.type");
-  q = prop_on(0), q.memAttr = ACL_HBM_MEM;
+  q = phys_prop_on(0), q.memAttr = ACL_HBM_MEM;
   CHECK_MSG(aclrtMemGetAllocationGranularity(&q, 0, &g), ACL_ERROR_INVALID_PARAM, "memAttr");
-  q = prop_on(0), q.memAttr = (aclrtMemAttr)99;
+  q = phys_prop_on(0), q.memAttr = (aclrtMemAttr)99;
   CHECK_MSG(aclrtMemGetAllocationGranularity(&q, 0, &g), ACL_ERROR_INVALID_PARAM, "memAttr");
-  q = prop_on(0), q.memAttr = ACL_DDR_MEM_HUGE;
+  q = phys_prop_on(0), q.memAttr = ACL_DDR_MEM_HUGE;
   CHECK_MSG(aclrtMemGetAllocationGranularity(&q, 0, &g), ACL_ERROR_INVALID_PARAM, "host (DDR) memory");
-  q = prop_on(0), q.location.type = ACL_MEM_LOCATION_TYPE_HOST;
+  q = phys_prop_on(0), q.location.type = ACL_MEM_LOCATION_TYPE_HOST;
   CHECK_MSG(aclrtMemGetAllocationGranularity(&q, 0, &g), ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "device physical memory only");
-  q = prop_on(4096);
+  q = phys_prop_on(4096);
   CHECK_MSG(aclrtMemGetAllocationGranularity(&q, 0, &g), ACL_ERROR_RT_INVALID_DEVICEID, "location.id");
   CHECK_OK(aclFinalize());
 }
 
 TEST(malloc_and_free_physical) {
-  aclrtPhysicalMemProp p = prop_on(0);
+  aclrtPhysicalMemProp p = phys_prop_on(0);
   aclrtDrvMemHandle h = NULL;
   int fds0 = fd_count();
   CHECK_ACL(aclrtMallocPhysical(NULL, GRAN, &p, 0), ACL_ERROR_INVALID_PARAM);
@@ -178,7 +159,7 @@ TEST(two_allocations_side_by_side) {
   CHECK_ACL(aclrtMapMem(elsewhere, GRAN, 0, c, 0), ACL_ERROR_RT_PARAM_INVALID);
   CHECK_OK(aclrtFree(elsewhere));
   /* memory of another device may not join the reservation */
-  aclrtPhysicalMemProp p1 = prop_on(1);
+  aclrtPhysicalMemProp p1 = phys_prop_on(1);
   aclrtDrvMemHandle other = NULL;
   CHECK_OK(aclrtMallocPhysical(&other, GRAN, &p1, 0));
   CHECK_MSG(aclrtMapMem(v + 2 * GRAN, GRAN, 0, other, 0), ACL_ERROR_RT_PARAM_INVALID, "device 1");
@@ -625,7 +606,7 @@ TEST(address_ranges) {
 }
 
 TEST(one_gib_pages) {
-  aclrtPhysicalMemProp p = prop_on(0);
+  aclrtPhysicalMemProp p = phys_prop_on(0);
   p.memAttr = ACL_HBM_MEM_HUGE1G;
   aclrtDrvMemHandle h;
   size_t gib = (size_t)1 << 30, free_b, total;

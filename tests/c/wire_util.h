@@ -75,6 +75,24 @@ static inline int fake_exporter_listen(uint64_t nonce, uint64_t id, char key[KEY
   return ls;
 }
 
+/* What every reply starts with: the header's type, length and request id, and
+ * the status (the first field of an IMPORT_REPLY's body, and of an ERROR's). */
+typedef struct wire_head {
+  uint16_t type;
+  uint32_t len;
+  uint64_t req;
+  int32_t status;
+} wire_head;
+
+static inline wire_head wire_head_of(const uint8_t *b) {
+  wire_head h;
+  memcpy(&h.type, b + 6, 2);
+  memcpy(&h.len, b + 8, 4);
+  memcpy(&h.req, b + 16, 8);
+  memcpy(&h.status, b + 24, 4);
+  return h;
+}
+
 /* IMPORT: flags, sdid and settled all 0 */
 static inline size_t pkt_import(uint8_t *b, const key_rec *k, uint64_t req) {
   put_header(b, 1, IMPORT_LEN, req);

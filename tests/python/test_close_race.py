@@ -16,7 +16,32 @@ import pytest
 
 pytestmark = pytest.mark.timeout(300)
 
-RACE = textwrap.dedent(
+# The racing thread of every script here: calls fn until it raises. A ValueError that says
+# closed ends it cleanly; anything else (an AclError: the object went mid-call) is an error.
+# Uses the script's globals started (set once running: the main thread may close then),
+# outcomes and errors.
+UNTIL_CLOSED = textwrap.dedent(
+    """
+    def until_closed(fn):
+        def run():
+            while True:
+                try:
+                    started.set()
+                    fn()
+                    outcomes["done"] += 1
+                except ValueError as e:
+                    if "closed" not in str(e):
+                        errors.append(repr(e))
+                    outcomes["closed"] += 1
+                    return
+                except BaseException as e:
+                    errors.append(repr(e))
+                    return
+        return run
+    """
+)
+
+RACE = UNTIL_CLOSED + textwrap.dedent(
     """
     import sys, threading
     import numpy as np
@@ -56,20 +81,7 @@ RACE = textwrap.dedent(
         started = threading.Event()
         errors = []
 
-        def worker():
-            while True:  # until the close lands
-                try:
-                    started.set()  # the main thread gets the GIL back once this thread releases it
-                    use(arr, OP)
-                    outcomes["done"] += 1
-                except ValueError as e:
-                    if "closed" not in str(e):
-                        errors.append(repr(e))
-                    outcomes["closed"] += 1
-                    return
-                except BaseException as e:  # e.g. AclError: the memory went mid-call
-                    errors.append(repr(e))
-                    return
+        worker = until_closed(lambda: use(arr, OP))
 
         threads = [threading.Thread(target=worker) for _ in range(2)]
         for t in threads:
@@ -169,7 +181,7 @@ def test_stream_close_while_another_thread_uses_it(op):
 # second close of the same export). Each scenario runs ROUNDS times in a child interpreter;
 # a barrier or an Event starts the race, no sleeps.
 
-RUNNER = textwrap.dedent(
+RUNNER = UNTIL_CLOSED + textwrap.dedent(
     """
     import pickle, sys, threading
     import numpy as np
@@ -177,24 +189,6 @@ RUNNER = textwrap.dedent(
 
     SCENARIO, ROUNDS = sys.argv[1], int(sys.argv[2])
     errors, outcomes = [], {"done": 0, "closed": 0}
-
-    def until_closed(fn):
-        # Calls fn until it raises; a ValueError that says closed ends the loop cleanly.
-        def run():
-            while True:
-                try:
-                    started.set()
-                    fn()
-                    outcomes["done"] += 1
-                except ValueError as e:
-                    if "closed" not in str(e):
-                        errors.append(repr(e))
-                    outcomes["closed"] += 1
-                    return
-                except BaseException as e:
-                    errors.append(repr(e))
-                    return
-        return run
 
     def race(work, close, threads=1):
         global started
