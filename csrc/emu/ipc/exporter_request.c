@@ -79,8 +79,8 @@ static int conn_send(aipc__sconn *c, aipc__msg *m, int fd) { return conn_send2(c
  * unknown handle, a closed one, one of another kind and one whose whitelist
  * lacks the sender all answer this, word for word: a guesser cannot tell a
  * hit. It counts against the allowance and the connection. */
-static void refuse_guess(aipc__sconn *c, const aipc__msg *q, const aipc__os_sender *from, aipc__msg *a) {
-  guess_failed(aipc__os_now_ns());
+static void refuse_guess(aipc__sconn *c, const aipc__msg *q, const aipc__os_sender *from, uint64_t now, aipc__msg *a) {
+  guess_failed(now);
   c->guesses_failed++;
   aipc__msg_refuse(a, q->req, ACL_ERROR_RT_NO_PERMISSION,
                    "process %d may import no shareable handle of that number from process %d: never issued, "
@@ -96,18 +96,24 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
   /* Releases this importer already noted count first (keeps counts small). */
   if (!aipc__sconn_consume(q->export_id, c)) return;
   int fd = -1, ledger_fd = -1;
-  aipc__wl_verdict wl = AIPC_WL_YES;
-  uint64_t start = 0;
-  aipc__sender_verdict who = AIPC_SENDER_OPENER;
-  bool guess = guessable(q);
-  aipc__export *e = NULL;
+  aipc__object_kind want = (aipc__object_kind)(q->flags >> AIPC_IMPORT_KIND_SHIFT);
+  /* Each fact once: the sender, the export and its whitelist (looked up only
+   * for the opener, and for a guess only while the allowance lasts). */
+  uint64_t start = 0, now = 0;
+  aipc__sender_verdict who = aipc__sconn_sender(c, from->pid, &start);
+  bool guess = guessable(q), held_off = false;
+  if (guess) held_off = !guess_allowed(now = aipc__os_now_ns());
+  aipc__export *e = who == AIPC_SENDER_OPENER && !held_off ? aipc__export_lookup(q->export_id, q->secret) : NULL;
+  aipc__wl_verdict wl = e ? aipc__whitelisted(e, from->pid, start) : AIPC_WL_NOT_LISTED;
+  /* A guess that found nothing this peer may have answers as a miss. */
+  bool unseen = !e || (guess && (e->closed || want != e->kind || wl != AIPC_WL_YES));
   if (from->uid != aipc__exporter_me->euid) {
     /* Checked per request: a process that changed its uid since it connected is refused now. */
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
                      "process %d sent this request as uid %u but the exporter (process %d) runs as uid %u: "
                      "IPC memory is shared only between processes of the same user",
                      (int)from->pid, (unsigned)from->uid, (int)aipc__exporter_me->pid, (unsigned)aipc__exporter_me->euid);
-  } else if ((who = aipc__sconn_sender(c, from->pid, &start)) == AIPC_SENDER_OTHER) {
+  } else if (who == AIPC_SENDER_OTHER) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
                      "this connection was opened by process %d, and process %d sent on it: a connection serves only "
                      "the process that opened it (the exporter is process %d)",
@@ -121,25 +127,23 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "importer is on server %u, the exporter on server %u: cross-server import needs the "
                          "super-node fabric; the emulator has none",
                          q->sdid, aipc__config_get()->sdid);
-  } else if (guess && !guess_allowed(aipc__os_now_ns())) {
+  } else if (held_off) {
     c->guesses_failed++;
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR,
                      "process %d refuses shareable-handle imports for now: too many failed ones (more than %d, then "
                      "%d a second), as when someone guesses handles; retry later",
                      (int)aipc__exporter_me->pid, GUESS_BURST, GUESS_PER_S);
-  } else if (!(e = aipc__export_lookup(q->export_id, q->secret)) ||
-             (guess && (e->closed || (aipc__object_kind)(q->flags >> AIPC_IMPORT_KIND_SHIFT) != e->kind ||
-                        aipc__whitelisted(e, from->pid, start) != AIPC_WL_YES))) {
+  } else if (unseen) {
     if (guess)
-      refuse_guess(c, q, from, &a);
+      refuse_guess(c, q, from, now, &a);
     else
       aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "key not exported by process %d (closed, never issued, or forged)", (int)aipc__exporter_me->pid);
   } else if (e->closed) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR, "key was closed by its exporter (process %d): no new imports", (int)aipc__exporter_me->pid);
-  } else if ((aipc__object_kind)(q->flags >> AIPC_IMPORT_KIND_SHIFT) != e->kind) {
+  } else if (want != e->kind) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_INVALID_PARAM, "the key is %s, not %s", aipc__object_what(e->kind),
-                     aipc__object_what((aipc__object_kind)(q->flags >> AIPC_IMPORT_KIND_SHIFT)));
-  } else if ((wl = aipc__whitelisted(e, from->pid, start)) == AIPC_WL_NOT_LISTED) {
+                     aipc__object_what(want));
+  } else if (wl == AIPC_WL_NOT_LISTED) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
                      "process %d is not on the whitelist of this key: the exporter (process %d) must %s", (int)from->pid,
                      (int)aipc__exporter_me->pid, aipc__object_allow(e->kind));
