@@ -12,6 +12,12 @@
  *       connection, at 4 KiB, 1 MiB, 64 MiB and 1 GiB (median of many reps)
  *   (c) exports + closes per second (one process)
  *   (d) aclrtMemcpy device-to-device bandwidth vs plain memcpy
+ *   (e) import a 1 GiB buffer the exporter has written, read one byte of
+ *       every 4 KiB page, close; against the same read of a 1 GiB buffer
+ *       already resident in the reader (interleaved), for an allocation in
+ *       huge pages (ACL_MEM_MALLOC_HUGE_FIRST with ASCEND_IPC_HUGE_PAGES=1,
+ *       where the kernel's pool has them) and one in normal pages
+ *       (ACL_MEM_MALLOC_NORMAL_ONLY)
  * (a), (f) and (b) run in three placements, each interleaved in blocks:
  * importer and exporter on two CPUs (the targets are judged there), where
  * the scheduler puts them, and all on one CPU, where a wake-up costs no
@@ -19,7 +25,8 @@
  * profile).
  * Prints a table and one JSON line, also written to <build>/bench_c.json.
  * Targets: (b) <= 1.3x (a) at every size, 1 GiB within 1.5x of 4 KiB
- * (two CPUs); (c) >= 200,000/s; (d) >= 0.9x memcpy. (b) over (a') and
+ * (two CPUs); (c) >= 200,000/s; (d) >= 0.9x memcpy; (e) <= 3x the
+ * resident read. (b) over (a') and
  * over (f) are shown beside them: what the import costs over a round trip
  * that waits the same way, and over the descriptor floor.
  */
@@ -280,6 +287,113 @@ static double bench_export_close(int n) {
   return best;
 }
 
+/* ---- (e) full reads ------------------------------------------------------------- */
+
+static volatile uint64_t g_sink;
+
+/* One byte of every 4 KiB page of [p, p + n). */
+static void read_every_page(const volatile uint8_t *p, size_t n) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; i += 4096) sum += p[i];
+  g_sink += sum;
+}
+
+/* The (e) exporter: one written 1 GiB buffer per policy, their keys up the pipe. */
+static void full_read_exporter(int up, int down) {
+  const aclrtMemMallocPolicy policies[2] = {ACL_MEM_MALLOC_HUGE_FIRST, ACL_MEM_MALLOC_NORMAL_ONLY};
+  size_t n = (size_t)1 << 30;
+  char keys[2][KEYLEN];
+  void *p[2];
+  for (int i = 0; i < 2; i++) {
+    ACL(aclrtMalloc(&p[i], n, policies[i]));
+    ACL(aclrtMemset(p[i], n, 1, n));
+    ACL(aclrtIpcMemGetExportKey(p[i], n, keys[i], KEYLEN, ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION));
+  }
+  xwrite(up, keys, sizeof keys);
+  char done;
+  xread(down, &done, 1);
+  for (int i = 0; i < 2; i++) {
+    ACL(aclrtIpcMemClose(keys[i]));
+    ACL(aclrtFree(p[i]));
+  }
+  ACL(aclFinalize());
+}
+
+typedef struct full_read_peer {
+  pid_t pid;
+  int up, down;
+  char keys[2][KEYLEN];
+} full_read_peer;
+
+/* Starts the (e) exporter, before this process's runtime starts: it alone
+ * turns huge pages on (ASCEND_IPC_HUGE_PAGES, read once per process), so
+ * the other rows run as a default configuration does. */
+static void full_read_start(full_read_peer *peer) {
+  int up[2], down[2];
+  if (pipe(up) || pipe(down)) exit(5);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(up[0]);
+    close(down[1]);
+    setenv("ASCEND_IPC_HUGE_PAGES", "1", 1);
+    full_read_exporter(up[1], down[0]);
+    _exit(0);
+  }
+  close(up[1]);
+  close(down[0]);
+  peer->pid = pid;
+  peer->up = up[0];
+  peer->down = down[1];
+  xread(peer->up, peer->keys, sizeof peer->keys);
+}
+
+/* Medians over reps: t[0] huge-page import, t[1] normal-page import, each
+ * read and closed, and t[2] the resident read, interleaved. *huge: whether
+ * the exporter's first buffer is in huge pages. Ends the peer. */
+static void bench_full_read(full_read_peer *peer, int reps, double t[3], bool *huge) {
+  size_t n = (size_t)1 << 30;
+  char (*keys)[KEYLEN] = peer->keys;
+  void *mine;
+  ACL(aclrtMalloc(&mine, n, ACL_MEM_MALLOC_NORMAL_ONLY));
+  memset(mine, 1, n);
+  read_every_page(mine, n); /* warm: page tables made */
+  double *v[3];
+  for (int k = 0; k < 3; k++) v[k] = malloc(sizeof(double) * (size_t)reps);
+  *huge = false;
+  for (int r = -1; r < reps; r++) { /* r = -1: one untimed warm-up of each */
+    for (int k = 0; k < 2; k++) {
+      double t0 = now();
+      void *q;
+      ACL(aclrtIpcMemImportByKey(&q, keys[k], 0));
+      read_every_page(q, n);
+      ACL(aclrtIpcMemClose(keys[k]));
+      if (r >= 0) v[k][r] = now() - t0;
+    }
+    double t0 = now();
+    read_every_page(mine, n);
+    if (r >= 0) v[2][r] = now() - t0;
+  }
+  for (int k = 0; k < 3; k++) {
+    t[k] = median(v[k], reps);
+    free(v[k]);
+  }
+  ACL(aclrtFree(mine));
+  /* Whether the first buffer got huge pages: the exporter's memfd lives on hugetlbfs. */
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[128];
+  long total = 0, free_pages = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    sscanf(line, "HugePages_Total: %ld", &total);
+    sscanf(line, "HugePages_Free: %ld", &free_pages);
+  }
+  if (f) fclose(f);
+  *huge = total - free_pages >= 512; /* the exporter's 1 GiB holds 512 of the pool's 2 MiB pages */
+  xwrite(peer->down, "x", 1);
+  waitpid(peer->pid, NULL, 0);
+  close(peer->up);
+  close(peer->down);
+}
+
 /* ---- (d) copy bandwidth --------------------------------------------------------- */
 
 static void bench_copy(size_t n, double *acl_gbs, double *memcpy_gbs) {
@@ -372,6 +486,8 @@ int main(int argc, char **argv) {
     }
   }
   int reps = quick ? 300 : 3000;
+  full_read_peer fr_peer;
+  if (only < 0) full_read_start(&fr_peer);
   ACL(aclInit(NULL));
 
   placement pl[PLACEMENTS] = {{0}};
@@ -386,6 +502,9 @@ int main(int argc, char **argv) {
   double acl_bw, mc_bw;
   size_t copy_bytes = (size_t)256 << 20;
   bench_copy(copy_bytes, &acl_bw, &mc_bw);
+  double fr[3];
+  bool fr_huge;
+  bench_full_read(&fr_peer, quick ? 3 : 9, fr, &fr_huge);
   ACL(aclFinalize());
 
   /* Judged where the two sides run on two CPUs; on one CPU if that is all there is. */
@@ -394,12 +513,19 @@ int main(int argc, char **argv) {
   for (int s = 0; s < NSIZES; s++) ok_b &= judged->imp[s] / judged->rtt <= 1.3;
   bool ok_flat = judged->imp[NSIZES - 1] / judged->imp[0] <= 1.5;
   bool ok_c = eps >= 200000, ok_d = acl_bw / mc_bw >= 0.9;
+  double fr_best = (fr_huge ? fr[0] : fr[1]) / fr[2];
+  bool ok_e = fr_best <= 3.0;
   printf("ascend_ipc C benchmark: medians of %d timed reps per row, (a), (f) and (b) interleaved\n\n", reps);
   for (int k = 0; k < PLACEMENTS; k++) print_placement(&pl[k], (placement_kind)k);
   printf("%-52s %10.0f/s   >=200000: %s\n", "(c) exports + closes per second", eps, ok_c ? "yes" : "NO");
   printf("%-52s %7.2f GB/s\n", "(d) aclrtMemcpy device-to-device, 256 MiB", acl_bw);
   printf("%-52s %7.2f GB/s %5.2fx   >=0.9x: %s\n", "(d) plain memcpy, 256 MiB", mc_bw, acl_bw / mc_bw,
          ok_d ? "yes" : "NO");
+  printf("%-52s %7.2f ms\n", "(e) read every page of 1 GiB, resident", fr[2] * 1e3);
+  printf("%-52s %7.2f ms %5.2fx%s\n", "(e) import 1 GiB, read every page, close: huge", fr[0] * 1e3, fr[0] / fr[2],
+         fr_huge ? "" : "   (in normal pages: the kernel's pool is short, vm.nr_hugepages)");
+  printf("%-52s %7.2f ms %5.2fx\n", "(e) the same, normal pages", fr[1] * 1e3, fr[1] / fr[2]);
+  printf("%-52s %12.2fx   <=3x: %s\n", "(e) best of the two over resident", fr_best, ok_e ? "yes" : "NO");
 
   char json[8192];
   snprintf(json, sizeof json, "{\"bench\":\"ipc_c\",\"reps\":%d,", reps);
@@ -411,9 +537,11 @@ int main(int argc, char **argv) {
   size_t at = strlen(json);
   snprintf(json + at, sizeof json - at,
            ",\"exports_closes_per_s\":%.0f,\"d2d_GBps\":%.3f,\"memcpy_GBps\":%.3f,\"d2d_over_memcpy\":%.3f,"
-           "\"targets_met\":{\"b_vs_a\":%s,\"b_flat\":%s,\"c\":%s,\"d\":%s}}",
-           eps, acl_bw, mc_bw, acl_bw / mc_bw, ok_b ? "true" : "false", ok_flat ? "true" : "false",
-           ok_c ? "true" : "false", ok_d ? "true" : "false");
+           "\"full_read_1GiB_ms\":{\"resident\":%.3f,\"huge\":%.3f,\"normal\":%.3f,\"huge_pages\":%s},"
+           "\"targets_met\":{\"b_vs_a\":%s,\"b_flat\":%s,\"c\":%s,\"d\":%s,\"e\":%s}}",
+           eps, acl_bw, mc_bw, acl_bw / mc_bw, fr[2] * 1e3, fr[0] * 1e3, fr[1] * 1e3, fr_huge ? "true" : "false",
+           ok_b ? "true" : "false", ok_flat ? "true" : "false", ok_c ? "true" : "false", ok_d ? "true" : "false",
+           ok_e ? "true" : "false");
   printf("\n%s\n", json);
   /* <build>/bench/bench_ipc -> <build>/bench_c.json */
   char path[PATH_MAX];

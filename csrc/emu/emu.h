@@ -30,6 +30,7 @@ typedef struct aipc__config {
   uint32_t sdid;       /* ASCEND_IPC_SDID, default 0 */
   int timeout_ms;      /* ASCEND_IPC_TIMEOUT_MS, default 10000: every blocking IPC wait */
   uint32_t poll_us;    /* ASCEND_IPC_POLL_US, default 100: the longest poll before an IPC wait blocks */
+  bool huge_pages;     /* ASCEND_IPC_HUGE_PAGES=1: device memory in huge pages where the pool has them */
 } aipc__config;
 
 const aipc__config *aipc__config_get(void);

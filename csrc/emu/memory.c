@@ -149,9 +149,18 @@ static aclError arena_open(int32_t dev) {
   void *base = MAP_FAILED;
   int e = 0;
   for (; vsize >= MIN_ARENA || vsize == arena_vsize(aipc__config_get()->memory); vsize >>= 1) {
-    base = mmap(NULL, vsize, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base != MAP_FAILED) break;
-    e = errno;
+    /* On a 2 MiB boundary, where huge-page blocks must sit (the buddy
+     * aligns each block to its power of two within the arena). */
+    uint8_t *r = mmap(NULL, vsize + AIPC_OS_HUGE_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) {
+      e = errno;
+      continue;
+    }
+    uint8_t *a = (uint8_t *)(((uintptr_t)r + AIPC_OS_HUGE_PAGE - 1) & ~(uintptr_t)(AIPC_OS_HUGE_PAGE - 1));
+    if (a > r) munmap(r, (size_t)(a - r));
+    munmap(a + vsize, (size_t)(r + AIPC_OS_HUGE_PAGE - a));
+    base = a;
+    break;
   }
   if (base == MAP_FAILED)
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot reserve address space for device %d: %s",
@@ -172,13 +181,42 @@ static void arena_close(arena *ar, bool unmap) {
   *ar = (arena){0};
 }
 
-/* A new sealed memfd of len bytes for an allocation on dev, or a recorded
- * error. Made before the memory lock is taken: copies wait on none of it. */
-static aclError block_memfd(int32_t dev, size_t len, int *fd_out) {
+/* Whether an allocation of size bytes under policy asks for huge pages:
+ * CANN serves requests of up to 1 MiB from normal pages whatever the
+ * policy, and the *_NORMAL_ONLY policies never from huge ones. */
+static bool wants_huge(size_t size, aclrtMemMallocPolicy policy) {
+  return size > ((size_t)1 << 20) && policy != ACL_MEM_MALLOC_NORMAL_ONLY && policy != ACL_MEM_MALLOC_NORMAL_ONLY_P2P &&
+         aipc__config_get()->huge_pages;
+}
+
+/* When the pool last had too few pages: it is asked again a second later,
+ * not at every large aclrtMalloc. */
+static uint64_t g_huge_refused_ms;
+
+/* A new sealed memfd for an allocation of size bytes on dev, in huge pages
+ * when the policy asks for them and the kernel's pool has them (else normal
+ * pages: HUGE_ONLY too, so that a program runs on a host without a pool),
+ * or a recorded error. *len: its size (page- or huge-page-rounded). Made
+ * before the memory lock is taken: copies wait on none of it. */
+static aclError block_memfd(int32_t dev, size_t size, aclrtMemMallocPolicy policy, int *fd_out, size_t *len) {
   char name[32];
   snprintf(name, sizeof name, "ascend_ipc_dev%d", (int)dev);
-  int fd = aipc__os_memfd_sealed(name, len);
-  if (fd < 0 && errno == EMFILE && aipc__os_raise_fd_limit()) fd = aipc__os_memfd_sealed(name, len);
+  if (wants_huge(size, policy)) {
+    uint64_t now = aipc__os_now_ms_coarse(), refused = __atomic_load_n(&g_huge_refused_ms, __ATOMIC_RELAXED);
+    size_t huge = (size + AIPC_OS_HUGE_PAGE - 1) & ~(size_t)(AIPC_OS_HUGE_PAGE - 1);
+    if (refused == 0 || now - refused >= 1000) {
+      int fd = aipc__os_memfd_sealed_huge(name, huge);
+      if (fd >= 0) {
+        *fd_out = fd;
+        *len = huge;
+        return ACL_SUCCESS;
+      }
+      __atomic_store_n(&g_huge_refused_ms, now ? now : 1, __ATOMIC_RELAXED);
+    }
+  }
+  *len = page_round(size);
+  int fd = aipc__os_memfd_sealed(name, *len);
+  if (fd < 0 && errno == EMFILE && aipc__os_raise_fd_limit()) fd = aipc__os_memfd_sealed(name, *len);
   if (fd < 0) {
     int e = errno;
     char limit[320];
@@ -224,17 +262,17 @@ aclError aipc__emu_malloc(void **devPtr, size_t size, aclrtMemMallocPolicy polic
   uint64_t cap = aipc__config_get()->memory;
   aclError rc = ACL_SUCCESS;
   int fd = -1;
-  if (size <= cap && (rc = block_memfd(dev, page_round(size), &fd)) != ACL_SUCCESS) return rc;
+  size_t len = page_round(size);
+  if (size <= cap && (rc = block_memfd(dev, size, policy, &fd, &len)) != ACL_SUCCESS) return rc;
   aipc__mem_wrlock();
   uint64_t used = g_used[dev];
-  if (size > cap || page_round(size) > cap - used) {
+  if (size > cap || len > cap - used) {
     rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
                     "aclrtMalloc: out of memory on device %d: requested %zu bytes, %" PRIu64 " of %" PRIu64
                     " bytes in use (ASCEND_IPC_EMU_MEMORY sets the capacity)",
                     (int)dev, size, used, cap);
     goto out;
   }
-  size_t len = page_round(size);
   arena *ar = &g_arenas[dev];
   if (!ar->base && (rc = arena_open(dev)) != ACL_SUCCESS) goto out;
   uint64_t off;

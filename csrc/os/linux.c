@@ -57,6 +57,12 @@
 #ifndef MFD_ALLOW_SEALING
 #define MFD_ALLOW_SEALING 0x0002U
 #endif
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+#ifndef MFD_HUGE_2MB
+#define MFD_HUGE_2MB (21U << 26) /* log2 of the page size, in the flags' top six bits */
+#endif
 
 static uint64_t ms_of(clockid_t clock) {
   struct timespec ts;
@@ -104,30 +110,59 @@ int aipc__os_memfd(const char *name, bool sealable) {
   return (int)syscall(SYS_memfd_create, name, flags);
 }
 
+/* Sizes the memfd, seals it: fd, or -1 and errno with fd closed. */
+static int memfd_size_and_seal(int fd, uint64_t size, bool reserve) {
+  if (ftruncate(fd, (off_t)size) != 0) goto fail;
+  if (reserve) {
+    /* A shared hugetlbfs mapping reserves the file's pages in the pool,
+     * and the reservation stays with the file after the unmap. */
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) goto fail;
+    munmap(p, size);
+  }
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) goto fail;
+  return fd;
+fail:;
+  int e = errno;
+  close(fd);
+  errno = e;
+  return -1;
+}
+
+int aipc__os_memfd_sealed_huge(const char *name, uint64_t size) {
+  if (size == 0 || size % AIPC_OS_HUGE_PAGE) {
+    errno = EINVAL;
+    return -1;
+  }
+  int fd = (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB | MFD_HUGE_2MB);
+  return fd < 0 ? -1 : memfd_size_and_seal(fd, size, true);
+}
+
 int aipc__os_memfd_sealed(const char *name, uint64_t size) {
   int fd = aipc__os_memfd(name, true);
   if (fd < 0) return -1;
-  if (ftruncate(fd, (off_t)size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    int e = errno;
-    close(fd);
-    errno = e;
-    return -1;
-  }
-  return fd;
+  return memfd_size_and_seal(fd, size, false);
 }
 
-aipc__os_fd_verdict aipc__os_fd_check_sealed(int fd, uint64_t min_size, bool exact, uint64_t *size) {
+aipc__os_fd_verdict aipc__os_fd_check_sealed(int fd, uint64_t min_size, bool exact, bool huge_ok, uint64_t *size,
+                                             uint64_t *page) {
   struct stat st;
   *size = 0;
+  *page = 4096;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return AIPC_FD_NOT_FILE;
   *size = (uint64_t)st.st_size;
+  /* A file's mappings go in its pages: hugetlbfs says their size here. */
+  uint64_t blk = (uint64_t)st.st_blksize;
+  bool pow2 = blk >= 4096 && blk <= ((uint64_t)1 << 30) && (blk & (blk - 1)) == 0;
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0) return AIPC_FD_NOT_MEMFD;
   if (!(seals & F_SEAL_SHRINK)) return AIPC_FD_CAN_SHRINK;
   if (!(seals & F_SEAL_GROW)) return AIPC_FD_CAN_GROW;
   if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) return AIPC_FD_WRITE_SEALED;
+  if (blk != 4096 && (!huge_ok || !pow2 || *size % blk != 0)) return AIPC_FD_HUGE_PAGES;
   if (exact && *size != min_size) return AIPC_FD_WRONG_SIZE;
   if (*size < min_size) return AIPC_FD_TOO_SMALL;
+  *page = blk;
   return AIPC_FD_OK;
 }
 

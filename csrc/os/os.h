@@ -86,13 +86,25 @@ int aipc__os_memfd(const char *name, bool sealable);
  * it under its owner (a SIGBUS there) nor grow it. -1 and errno on failure.
  */
 int aipc__os_memfd_sealed(const char *name, uint64_t size);
+/* The huge page size of memfds from aipc__os_memfd_sealed_huge. */
+#define AIPC_OS_HUGE_PAGE ((uint64_t)2 << 20)
+/*
+ * aipc__os_memfd_sealed's file in 2 MiB huge pages (hugetlbfs), its pages
+ * reserved for it (so no later touch of it finds the pool empty); size a
+ * multiple of AIPC_OS_HUGE_PAGE. -1 and errno (ENOMEM: the pool has too few
+ * free pages, as where vm.nr_hugepages is 0) on failure. Its mappings must
+ * sit on a 2 MiB boundary.
+ */
+int aipc__os_memfd_sealed_huge(const char *name, uint64_t size);
 /*
  * Whether a memory file another process sent can be mapped shared and
  * writable and stay whole while mapped: a regular file (no pipe, socket,
  * eventfd...), a memfd (it takes seals), sealed against shrinking (else its
  * sender could cut it under the mapping: SIGBUS here) and growing, not
- * sealed against writing, at least min_size bytes (exactly, when exact).
- * Returns the first rule broken; *size gets the file's size when known.
+ * sealed against writing, at least min_size bytes (exactly, when exact),
+ * in pages of 4 KiB unless huge_ok (then in pages of 4 KiB to 1 GiB).
+ * Returns the first rule broken; *size gets the file's size when known,
+ * *page its page size (4 KiB, or a hugetlbfs file's).
  */
 #define AIPC_OS_FD_VERDICTS(X)                                                        \
   X(OK, "is fine")                                                                    \
@@ -101,6 +113,7 @@ int aipc__os_memfd_sealed(const char *name, uint64_t size);
   X(CAN_SHRINK, "is not sealed against shrinking")                                    \
   X(CAN_GROW, "is not sealed against growing")                                        \
   X(WRITE_SEALED, "is sealed against writing (this process writes to it)")            \
+  X(HUGE_PAGES, "is in pages other than 4 KiB, which this kind of memory never is")  \
   X(TOO_SMALL, "is smaller than the range granted")                                   \
   X(WRONG_SIZE, "does not have the exact size expected")
 typedef enum aipc__os_fd_verdict {
@@ -108,7 +121,8 @@ typedef enum aipc__os_fd_verdict {
   AIPC_OS_FD_VERDICTS(AIPC_OS_FD_ENUM_)
 #undef AIPC_OS_FD_ENUM_
 } aipc__os_fd_verdict;
-aipc__os_fd_verdict aipc__os_fd_check_sealed(int fd, uint64_t min_size, bool exact, uint64_t *size);
+aipc__os_fd_verdict aipc__os_fd_check_sealed(int fd, uint64_t min_size, bool exact, bool huge_ok, uint64_t *size,
+                                             uint64_t *page);
 /* The rule a verdict names, to follow "... that": "is not sealed against shrinking". */
 const char *aipc__os_fd_verdict_text(aipc__os_fd_verdict v);
 /* Maps size bytes of fd shared and writable; NULL on failure (errno set). */

@@ -28,7 +28,7 @@
 #define SEED 0x1ea5u
 
 /* The descriptor a reply carries for the memory or the ledger. */
-enum { D_NONE, D_MEMFD, D_PIPE, D_EVENTFD, D_SOCKET, D_TMPFILE };
+enum { D_NONE, D_MEMFD, D_PIPE, D_EVENTFD, D_SOCKET, D_TMPFILE, D_HUGE_MEMFD };
 
 typedef struct lie {
   int mem;             /* D_* */
@@ -91,6 +91,12 @@ static int make_fd(int d, unsigned seals, size_t size, int fill, int *other) {
       CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) == 0);
       *other = p[1];
       return p[0];
+    case D_HUGE_MEMFD: { /* sealed like the real one, in 2 MiB pages (none needed from the pool: never mapped) */
+      int fd = memfd_create("liar", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+      CHECK(fd >= 0 && ftruncate(fd, (off_t)((size + (2 * MiB - 1)) & ~(2 * MiB - 1))) == 0);
+      if (seals) CHECK(fcntl(fd, F_ADD_SEALS, seals) == 0);
+      return fd;
+    }
     case D_TMPFILE: { /* a regular file, but no memfd: no seals at all */
       int fd = open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
       if (fd < 0) fd = open(".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
@@ -412,6 +418,13 @@ TEST(ledger_is_not_a_memfd) {
   refused(&l, K_MEMORY, DROPS, IPC_ERR, not_memfd_needle());
 }
 
+/* A ledger's mapping is a page: in a file of 2 MiB pages it could not be unmapped alone. */
+TEST(ledger_in_huge_pages) {
+  lie l = HONEST;
+  l.ledger = D_HUGE_MEMFD;
+  refused(&l, K_MEMORY, DROPS, IPC_ERR, "release ledger that is in pages other than 4 KiB");
+}
+
 TEST(ledger_write_sealed) {
   lie l = HONEST;
   l.ledger = D_MEMFD;
@@ -541,6 +554,12 @@ TEST(event_page_can_grow) {
   refused(&l, K_EVENT, HONEST_FIRST, IPC_ERR, "not sealed against growing");
 }
 
+TEST(event_page_in_huge_pages) {
+  lie l = HONEST;
+  l.mem = D_HUGE_MEMFD;
+  refused(&l, K_EVENT, HONEST_FIRST, IPC_ERR, "in pages other than 4 KiB");
+}
+
 TEST(event_page_is_an_eventfd) {
   lie l = HONEST;
   l.mem = D_EVENTFD;
@@ -552,6 +571,13 @@ TEST(physical_can_grow) {
   l.mem_seals = F_SEAL_SHRINK | F_SEAL_SEAL;
   l.mem_size = 2 * MiB;
   refused(&l, K_PHYSICAL, HONEST_FIRST, IPC_ERR, "not sealed against growing");
+}
+
+TEST(physical_in_huge_pages) {
+  lie l = HONEST;
+  l.mem = D_HUGE_MEMFD;
+  l.mem_size = 2 * MiB;
+  refused(&l, K_PHYSICAL, HONEST_FIRST, IPC_ERR, "in pages other than 4 KiB");
 }
 
 TEST(physical_write_sealed) {

@@ -27,7 +27,9 @@
 /* What one aclrtIpcMemImportByKey gave: a mapping of the granted range, and
  * the one reference the exporter counts for it. */
 typedef struct aipc__mapping {
-  void *ptr;
+  void *ptr;          /* the granted range, what the caller got */
+  void *map;          /* the mapping: the range widened to whole pages of its memfd */
+  size_t map_len;
   aipc__block *block; /* its IMPORT block in memory.c's map */
   uint64_t conn_gen;  /* connection generation its reference lives on */
   uint32_t slot;      /* its ledger slot, or AIPC_NO_SLOT */
@@ -72,11 +74,16 @@ static aipc__import *import_lookup(const aipc__key *k) {
 /* Records a granted import as a mapping of its own (the newest of its key).
  * Consumes gr->memfd. c->mu held, g.lock not held. */
 static aclError import_register(const char *call, aipc__cconn *c, const aipc__key *k, const aipc__granted *gr, void **devPtr) {
-  /* Exactly the granted range; the memfd goes at once, so nothing here can
-   * reach the allocation once this mapping is unmapped. */
-  void *p = aipc__mapper_map(gr->memfd, gr->offset, gr->size, k->kind == AIPC_OBJECT_MEMORY);
+  /* The granted range, widened to whole pages of its memfd: 4 KiB, or the
+   * 2 MiB of an allocation in huge pages (whose memfd is that allocation
+   * and nothing else, a multiple of its page). The memfd goes at once, so
+   * nothing here can reach the allocation once this mapping is unmapped. */
+  uint64_t map_off = gr->offset & ~(gr->page - 1);
+  size_t map_len = (size_t)(((gr->offset + gr->size + gr->page - 1) & ~(gr->page - 1)) - map_off);
+  void *map = aipc__mapper_map(gr->memfd, map_off, map_len, k->kind == AIPC_OBJECT_MEMORY);
   int map_errno = errno;
   close(gr->memfd);
+  void *p = map ? (uint8_t *)map + (gr->offset - map_off) : NULL;
   aipc__mapping *m = p ? calloc(1, sizeof *m) : NULL;
   pthread_mutex_lock(&g.lock);
   aipc__import *imp = m ? import_lookup(k) : NULL;
@@ -100,7 +107,7 @@ static aclError import_register(const char *call, aipc__cconn *c, const aipc__ke
     imports_counted();
     pthread_mutex_unlock(&g.lock);
     free(m);
-    if (p) aipc__mapper_unmap(p, gr->size);
+    if (map) aipc__mapper_unmap(map, map_len);
     aipc__cconn_release(c, k->export_id, gr->slot, 1);
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: cannot map %" PRIu64 " bytes of process %u: %s", call,
                       gr->size, k->pid, p ? "out of memory for bookkeeping" : strerror(map_errno));
@@ -116,6 +123,8 @@ static aclError import_register(const char *call, aipc__cconn *c, const aipc__ke
     imp->conn = c;
   }
   m->ptr = p;
+  m->map = map;
+  m->map_len = map_len;
   m->block = b;
   m->conn_gen = gr->gen;
   m->slot = gr->slot;
@@ -192,7 +201,6 @@ aclError aipc__importer_close(const aipc__key *k, bool *found) {
   if (!imp->oldest) imp->youngest = NULL;
   aipc__cconn *c = imp->conn;
   uint64_t export_id = imp->export_id;
-  size_t size = imp->size;
   if (!imp->oldest) {
     aipc__hmap_remove(&g.imports, ikey(imp->nonce, imp->export_id));
     memset(imp->secret, 0, sizeof imp->secret);
@@ -205,7 +213,7 @@ aclError aipc__importer_close(const aipc__key *k, bool *found) {
   pthread_mutex_unlock(&g.lock);
 
   /* From here an access to the range faults: the emulator's use-after-close check. */
-  aipc__mapper_unmap(m->ptr, size);
+  aipc__mapper_unmap(m->map, m->map_len);
   pthread_mutex_lock(&c->mu);
   /* One-way, and usually no syscall: the count lands in the ledger (or a
    * RELEASE in the socket queue) before we return, and an exporter's close
@@ -233,7 +241,7 @@ static void free_all(bool unmap) {
       next = m->next;
       if (unmap) {
         aipc__mem_remove_import(m->block);
-        aipc__mapper_unmap(m->ptr, imp->size);
+        aipc__mapper_unmap(m->map, m->map_len);
       }
       free(m);
     }

@@ -331,8 +331,8 @@ static rt_result sock_send(int fd, const uint8_t *buf, size_t len, uint64_t dead
  * later close. Without it (mmap failed), releases go as RELEASE messages.
  * Returns what is wrong with it, leaving fd open, or NULL. */
 static const char *install_ledger(aipc__cconn *c, int fd) {
-  uint64_t size;
-  aipc__os_fd_verdict v = aipc__os_fd_check_sealed(fd, AIPC_LEDGER_BYTES, true, &size);
+  uint64_t size, page;
+  aipc__os_fd_verdict v = aipc__os_fd_check_sealed(fd, AIPC_LEDGER_BYTES, true, false, &size, &page);
   if (v != AIPC_FD_OK) return aipc__os_fd_verdict_text(v);
   c->ledger_got = true;
   c->ledger = aipc__os_map_shared(fd, AIPC_LEDGER_BYTES);
@@ -641,12 +641,14 @@ aclError aipc__cconn_import(const char *call, aipc__cconn *c, const aipc__key *k
   int memfd = r.memfd;
   bool physical = k->kind == AIPC_OBJECT_PHYSICAL; /* a descriptor to keep, no reference to give back */
   const char *wrong = NULL;
-  uint64_t file_size;
+  uint64_t file_size, page = AIPC_PAGE_SIZE;
   if (a->size > UINT64_MAX - a->offset || !AIPC_IS_PAGE_ALIGNED(a->offset) || !AIPC_IS_PAGE_ALIGNED(a->size)) {
     wrong = "is not a page-aligned range";
   } else {
     /* a physical allocation is shared whole: its memfd is exactly the range */
-    aipc__os_fd_verdict v = aipc__os_fd_check_sealed(memfd, a->offset + a->size, physical, &file_size);
+    /* device memory may be in huge pages (the exporter's aclrtMalloc policy) */
+    aipc__os_fd_verdict v =
+        aipc__os_fd_check_sealed(memfd, a->offset + a->size, physical, k->kind == AIPC_OBJECT_MEMORY, &file_size, &page);
     if (v != AIPC_FD_OK)
       wrong = aipc__os_fd_verdict_text(v);
     else if (k->kind != AIPC_OBJECT_MEMORY && !physical && a->size != AIPC_PAGE_SIZE)
@@ -667,6 +669,7 @@ aclError aipc__cconn_import(const char *call, aipc__cconn *c, const aipc__key *k
   out->slot = a->slot;
   out->gen = c->gen;
   out->memfd = memfd;
+  out->page = page;
   return ACL_SUCCESS;
 }
 

@@ -61,6 +61,7 @@ typedef struct aipc__granted {
   uint32_t slot;
   uint64_t offset, size;
   uint64_t gen;
+  uint64_t page; /* the memfd's page size: a mapping of it spans whole pages */
   int memfd;
 } aipc__granted;
 

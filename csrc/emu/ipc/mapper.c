@@ -60,6 +60,12 @@ void *aipc__mapper_map(int fd, uint64_t offset, size_t size, bool anchored) {
   if (i >= 0) {
     void *want = (void *)(g.at[i] + AIPC_PAGE_SIZE);
     void *p = mmap(want, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, (off_t)offset);
+    if (p == MAP_FAILED && errno == EINVAL && size <= ANCHOR_ROOM - TWO_MIB) {
+      /* A file of huge pages maps only on their boundary: the next 2 MiB,
+       * whose page tables the anchor's keep as well. */
+      want = (void *)(g.at[i] + TWO_MIB);
+      p = mmap(want, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, (off_t)offset);
+    }
     if (p == want) return p;
     if (p == MAP_FAILED && errno != EEXIST) { /* the descriptor's fault, not the anchor's */
       __atomic_store_n(&g.state[i], FREE, __ATOMIC_RELEASE);
@@ -77,8 +83,9 @@ void *aipc__mapper_map(int fd, uint64_t offset, size_t size, bool anchored) {
 void aipc__mapper_unmap(void *p, size_t size) {
   munmap(p, size); /* first: the next import may take the anchor at once */
   for (int i = 0; i < ANCHORS; i++) {
+    uintptr_t at = __atomic_load_n(&g.at[i], __ATOMIC_ACQUIRE);
     if (__atomic_load_n(&g.state[i], __ATOMIC_ACQUIRE) == TAKEN &&
-        __atomic_load_n(&g.at[i], __ATOMIC_ACQUIRE) + AIPC_PAGE_SIZE == (uintptr_t)p) {
+        (at + AIPC_PAGE_SIZE == (uintptr_t)p || at + TWO_MIB == (uintptr_t)p)) {
       __atomic_store_n(&g.state[i], FREE, __ATOMIC_RELEASE);
       return;
     }

@@ -1,0 +1,232 @@
+/*
+ * Device memory in huge pages: aclrtMalloc's HUGE_FIRST and HUGE_ONLY
+ * policies (the default's among them) take 2 MiB pages from the kernel's
+ * hugetlb pool for requests above 1 MiB when the pool has them, normal
+ * pages otherwise; NORMAL_ONLY and small requests never do. An import of a
+ * huge-page allocation maps on a 2 MiB boundary, in huge pages, and is gone
+ * after its close. A read of every page of such an import costs one fault
+ * per 2 MiB instead of one per 4 KiB (make bench-c, row (e)).
+ *
+ * Huge pages are opt-in (ASCEND_IPC_HUGE_PAGES=1): an importer that punches
+ * a page out of a huge-page allocation and drains the pool makes the
+ * exporter's next touch of it SIGBUS (docs/design.md, security model).
+ * The tests that need a pool make one where they may (root: they raise
+ * vm.nr_hugepages by what they need and put it back when they end) and say
+ * "skipped" where they may not.
+ */
+#include <stdio.h>
+
+#include "ipc_util.h"
+
+/* Every test's runtime reads it at its first call (each test is a process). */
+__attribute__((constructor)) static void huge_pages_on(void) { setenv("ASCEND_IPC_HUGE_PAGES", "1", 1); }
+
+#define TWO_MIB ((size_t)2 << 20)
+
+/* One HugePages_* figure of /proc/meminfo (pages), or -1. */
+static long meminfo(const char *field) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[128], name[64];
+  long v = -1, x;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "%63[^:]: %ld", name, &x) == 2 && strcmp(name, field) == 0) v = x;
+  fclose(f);
+  return v;
+}
+
+static long g_pool_before = -1; /* vm.nr_hugepages before this test raised it */
+
+static void write_pool(long pages) {
+  FILE *f = fopen("/proc/sys/vm/nr_hugepages", "w");
+  if (!f) return;
+  fprintf(f, "%ld\n", pages);
+  fclose(f);
+}
+
+static void pool_restore(void) {
+  if (g_pool_before >= 0) write_pool(g_pool_before);
+}
+
+/* Whether the pool has n free pages, raising it by what is missing where
+ * this process may (put back at exit). */
+static int pool_has(long n) {
+  long free_pages = meminfo("HugePages_Free"), total = meminfo("HugePages_Total");
+  if (free_pages < 0 || total < 0) return 0;
+  if (free_pages >= n) return 1;
+  if (access("/proc/sys/vm/nr_hugepages", W_OK) != 0) return 0;
+  if (g_pool_before < 0) {
+    g_pool_before = total;
+    atexit(pool_restore);
+  }
+  write_pool(total + (n - free_pages));
+  return meminfo("HugePages_Free") >= n;
+}
+
+#define NEEDS_POOL(n)                                                                            \
+  do {                                                                                           \
+    if (!pool_has(n)) {                                                                          \
+      fprintf(stderr, "skipped: no %ld free huge pages, and this process may not add them "      \
+                      "(vm.nr_hugepages)\n", (long)(n));                                         \
+      return;                                                                                    \
+    }                                                                                            \
+  } while (0)
+
+/* The page size (KiB) backing address p in this process, from /proc/self/smaps; 0 if unmapped. */
+static long kernel_page_kib(const void *p) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  CHECK(f != NULL);
+  char line[512];
+  int inside = 0;
+  long kib = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perms[8];
+    if (sscanf(line, "%lx-%lx %7[rwxps-] ", &lo, &hi, perms) == 3) { /* a mapping's first line */
+      inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+      continue;
+    }
+    if (inside && sscanf(line, "KernelPageSize: %ld kB", &kib) == 1) break;
+  }
+  fclose(f);
+  return inside ? kib : 0;
+}
+
+static size_t range_size(void *p) {
+  void *base = NULL;
+  size_t size = 0;
+  CHECK_OK(aclrtMemGetAddressRange(p, &base, &size));
+  CHECK(base == p);
+  return size;
+}
+
+static void *alloc_policy(size_t n, aclrtMemMallocPolicy policy) {
+  void *p = NULL;
+  CHECK_OK(aclrtMalloc(&p, n, policy));
+  return p;
+}
+
+TEST(normal_only_and_small_requests_take_normal_pages) {
+  pool_has(8); /* with huge pages free where this process may add them; without, too */
+  void *a = alloc_policy(3 * MiB, ACL_MEM_MALLOC_NORMAL_ONLY);
+  void *b = alloc_policy(3 * MiB, ACL_MEM_MALLOC_NORMAL_ONLY_P2P);
+  void *c = alloc_policy(MiB, ACL_MEM_MALLOC_HUGE_FIRST); /* 1 MiB and below: normal pages, as CANN */
+  void *d = alloc_policy(MiB, ACL_MEM_MALLOC_HUGE_ONLY);
+  void *all[] = {a, b, c, d};
+  for (int i = 0; i < 4; i++) {
+    memset(all[i], 1, PAGE);
+    CHECK_EQ(kernel_page_kib(all[i]), 4);
+  }
+  CHECK_EQ(range_size(a), 3 * MiB);
+  CHECK_EQ(range_size(c), MiB);
+  for (int i = 0; i < 4; i++) CHECK_OK(aclrtFree(all[i]));
+}
+
+TEST(huge_pages_are_off_unless_asked_for) {
+  pool_has(4);
+  unsetenv("ASCEND_IPC_HUGE_PAGES"); /* read at the runtime's first call in this process */
+  void *p = alloc_policy(3 * MiB, ACL_MEM_MALLOC_HUGE_ONLY);
+  memset(p, 1, PAGE);
+  CHECK_EQ(kernel_page_kib(p), 4);
+  CHECK_EQ(range_size(p), 3 * MiB);
+  CHECK_OK(aclrtFree(p));
+}
+
+TEST(huge_first_takes_huge_pages_from_the_pool) {
+  NEEDS_POOL(8);
+  aclrtMemMallocPolicy policies[] = {ACL_MEM_MALLOC_HUGE_FIRST, ACL_MEM_MALLOC_HUGE_ONLY,
+                                     ACL_MEM_MALLOC_HUGE_FIRST_P2P, ACL_MEM_MALLOC_HUGE_ONLY_P2P};
+  for (int i = 0; i < 4; i++) {
+    size_t before_free, before_total, after_free, total;
+    CHECK_OK(aclrtGetMemInfo(ACL_HBM_MEM, &before_free, &before_total));
+    uint8_t *p = alloc_policy(MiB + 1, policies[i]); /* just above CANN's 1 MiB line */
+    CHECK_EQ((uintptr_t)p % TWO_MIB, 0);
+    CHECK_EQ(range_size(p), TWO_MIB); /* whole huge pages, as the device's capacity counts them */
+    CHECK_OK(aclrtGetMemInfo(ACL_HBM_MEM, &after_free, &total));
+    CHECK_EQ(before_free - after_free, TWO_MIB);
+    fill_pattern(p, TWO_MIB, 11);
+    CHECK_EQ(kernel_page_kib(p), 2048);
+    CHECK(check_pattern(p, TWO_MIB, 11));
+    CHECK_OK(aclrtFree(p));
+    CHECK(kernel_page_kib(p) != 2048); /* the range went back to the reservation */
+  }
+}
+
+TEST(more_than_the_pool_holds_falls_back_to_normal_pages) {
+  long total = meminfo("HugePages_Total");
+  if (total < 0 || total > 4096) {
+    fprintf(stderr, "skipped: the pool is %ld pages, more than this test asks for beyond it\n", total);
+    return;
+  }
+  /* One page more than the whole pool: a huge-page allocation is all or
+   * nothing, so this one takes normal pages whatever else holds the pool. */
+  size_t n = (size_t)(total + 1) * TWO_MIB;
+  uint8_t *p = alloc_policy(n, ACL_MEM_MALLOC_HUGE_ONLY);
+  memset(p, 3, PAGE);
+  p[n - 1] = 4;
+  CHECK_EQ(kernel_page_kib(p), 4);
+  CHECK_EQ(range_size(p), n);
+  CHECK_OK(aclrtFree(p));
+}
+
+static int import_huge(chan *c, void *arg) {
+  (void)arg;
+  char key[KEYLEN];
+  from_parent(c, key, KEYLEN);
+  uint8_t *q = NULL;
+  int ok = aclrtIpcMemImportByKey((void **)&q, key, 0) == ACL_SUCCESS;
+  ok = ok && (uintptr_t)q % TWO_MIB == 0;
+  ok = ok && check_pattern(q, 4 * MiB, 21) && kernel_page_kib(q) == 2048;
+  if (ok) fill_pattern(q, 4 * MiB, 22); /* the exporter sees the importer's writes */
+  ok = ok && aclrtIpcMemClose(key) == ACL_SUCCESS;
+  ok = ok && kernel_page_kib(q) == 0; /* nothing left mapped there */
+  /* and a second import maps again, on the boundary */
+  ok = ok && aclrtIpcMemImportByKey((void **)&q, key, 0) == ACL_SUCCESS && (uintptr_t)q % TWO_MIB == 0;
+  ok = ok && check_pattern(q, 4 * MiB, 22) && aclrtIpcMemClose(key) == ACL_SUCCESS;
+  send_int(c->up[1], ok);
+  to_parent(c, "done", 5);
+  return 0;
+}
+
+TEST(an_import_of_huge_pages_maps_them_on_their_boundary) {
+  NEEDS_POOL(4);
+  char key[KEYLEN];
+  uint8_t *p = export_new(4 * MiB, EXPORT_ANY, key);
+  CHECK_EQ(kernel_page_kib(p), 2048);
+  fill_pattern(p, 4 * MiB, 21);
+  char msg[5];
+  CHECK_EQ(ask_child(import_huge, NULL, key, msg, sizeof msg), 1);
+  CHECK(check_pattern(p, 4 * MiB, 22));
+  CHECK_OK(aclrtIpcMemClose(key));
+  CHECK_OK(aclrtFree(p));
+}
+
+static int import_sub_range(chan *c, void *arg) {
+  (void)arg;
+  char key[KEYLEN];
+  from_parent(c, key, KEYLEN);
+  uint8_t *q = NULL;
+  int ok = aclrtIpcMemImportByKey((void **)&q, key, 0) == ACL_SUCCESS;
+  /* the granted range starts one page into a huge page: so does the pointer */
+  ok = ok && (uintptr_t)q % TWO_MIB == PAGE && check_pattern(q, 3 * MiB, 31);
+  if (ok) fill_pattern(q, 3 * MiB, 32);
+  ok = ok && aclrtIpcMemClose(key) == ACL_SUCCESS && kernel_page_kib(q) == 0 && kernel_page_kib(q - PAGE) == 0;
+  send_int(c->up[1], ok);
+  to_parent(c, "done", 5);
+  return 0;
+}
+
+TEST(a_sub_range_of_huge_pages_imports_at_its_offset) {
+  NEEDS_POOL(4);
+  char key[KEYLEN] = {0};
+  uint8_t *blk = alloc_policy(6 * MiB, ACL_MEM_MALLOC_HUGE_FIRST);
+  CHECK_EQ(kernel_page_kib(blk), 2048);
+  uint8_t *p = blk + PAGE; /* as torch's allocator hands out tensors inside a segment */
+  CHECK_OK(aclrtIpcMemGetExportKey(p, 3 * MiB, key, KEYLEN, EXPORT_ANY));
+  fill_pattern(p, 3 * MiB, 31);
+  char msg[5];
+  CHECK_EQ(ask_child(import_sub_range, NULL, key, msg, sizeof msg), 1);
+  CHECK(check_pattern(p, 3 * MiB, 32));
+  CHECK_OK(aclrtIpcMemClose(key));
+  CHECK_OK(aclrtFree(blk));
+}
