@@ -212,6 +212,7 @@ static int fill_table(void *handle, char *why, size_t whylen) {
   table.init = cann_init;
   table.get_recent_err_msg = cann_recent_err_msg;
   table.ipc_get_attr = NULL; /* CANN has no call to read an attribute back */
+  table.ipc_expect_request = NULL; /* the driver serves imports itself */
   table.mem_physical_size = NULL; /* nor one for a physical allocation's size */
   table.report = cann_report;
   return 0;

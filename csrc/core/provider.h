@@ -51,6 +51,11 @@ typedef struct aipc_provider {
    * what a handle's sender claims. NULL where the runtime cannot tell. */
   aclError (*mem_physical_size)(aclrtDrvMemHandle handle, size_t *size);
 
+  /* Not in CANN: a key or handle of this process was just pickled for one
+   * receiver, whose import is on its way; the runtime may get ready for it
+   * (the emulator's IPC server polls for it). NULL where nothing is gained. */
+  void (*ipc_expect_request)(void);
+
   /* What the runtime says of itself (its version, the calls it lacks); the
    * first call may ask the runtime. NULL where there is nothing to say (the
    * emulator is this project's own). */

@@ -218,6 +218,7 @@ AIPC_CALLS(AIPC_EMU_DECLARE_)
 
 /* The table's entries that are not CANN calls (see core/provider.h). */
 aclError aipc__emu_ipc_get_attr(const char *key, aclrtIpcMemAttrType type, uint64_t *attr);
+void aipc__emu_ipc_expect_request(void);
 aclError aipc__emu_mem_physical_size(aclrtDrvMemHandle handle, size_t *size);
 
 #endif

@@ -68,6 +68,7 @@ static const aipc_provider emu_provider = {
 #undef AIPC_EMU_ENTRY_
     .ipc_get_attr = aipc__emu_ipc_get_attr,
     .mem_physical_size = aipc__emu_mem_physical_size,
+    .ipc_expect_request = aipc__emu_ipc_expect_request,
     .report = NULL,
     /* None: each part of the emulator owns its state in its own file
      * (device.c, memory.c, stream.c, event.c, notify.c, ipc/), behind its own lock. */

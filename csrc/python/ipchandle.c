@@ -486,6 +486,9 @@ static PyObject *reduce_impl(PyObject *op, int one_receiver) {
     PyObject *fn = aipc_py_callback(aipc_py_state_of(Py_TYPE(op))->hold, "hold");
     hold = fn != NULL ? PyObject_CallFunctionObjArgs(fn, op, one_receiver ? Py_True : Py_False, NULL) : NULL;
     if (hold == NULL) return NULL;
+    /* One receiver's import is on its way: the runtime may get ready for it. */
+    const aipc_provider *p = aipc_py_state_of(Py_TYPE(op))->provider;
+    if (one_receiver && p->ipc_expect_request != NULL) p->ipc_expect_request();
   } else {
     hold = Py_NewRef(SELF->hold ? SELF->hold : Py_None);
   }

@@ -17,6 +17,7 @@
 
 #include "ipc_util.h"
 
+#include "emu/ipc/exporter.h"
 #include "emu/ipc/spin.h"
 #include "os/os.h"
 
@@ -191,4 +192,61 @@ TEST(with_polling_off_neither_side_polls) {
   int polled_there = burst(n, &polled_here);
   CHECK_EQ(polled_here, 0);
   CHECK_EQ(polled_there, 0);
+}
+
+/* ---- a request announced before it comes ----------------------------------------------- */
+
+/* One import of key from a child, after the parent announced it. */
+static int one_import_child(chan *c, void *arg) {
+  (void)arg;
+  char key[KEYLEN] = {0};
+  from_parent(c, key, KEYLEN);
+  void *p = NULL;
+  CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
+  CHECK_OK(aclrtIpcMemClose(key));
+  send_int(c->up[1], 1);
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+/* A sleeping server, told a request is on its way (what pickling a handle
+ * for one receiver does), wakes to poll for it, serves it, and sleeps
+ * without a deadline again once the window has passed. */
+TEST(an_announced_request_wakes_the_server_to_poll_for_it) {
+  if (aipc__os_cpus_online() < 2) {
+    fprintf(stderr, "skipped: one CPU, where nothing polls\n");
+    return;
+  }
+  char key[KEYLEN] = {0};
+  void *p = export_new(PAGE, EXPORT_ANY, key);
+  CHECK(a_thread_sleeps_in_an_endless_epoll_wait());
+  uint64_t before = aipc__exporter_expected_waits();
+  aipc__exporter_expect_request();
+  while (aipc__exporter_expected_waits() == before) { /* woken: it must come (else the harness's limit) */
+    struct timespec us = {0, 100 * 1000};
+    nanosleep(&us, NULL);
+  }
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, one_import_child, NULL);
+  to_child(&c, key, KEYLEN);
+  CHECK_EQ(recv_int(c.up[0]), 1);
+  CHECK_EQ(th_wait(pid), 0);
+  chan_close(&c);
+  CHECK(a_thread_sleeps_in_an_endless_epoll_wait()); /* the window ends */
+  CHECK_OK(aclrtIpcMemClose(key));
+  CHECK_OK(aclrtFree(p));
+  CHECK_OK(aclFinalize());
+}
+
+TEST(with_polling_off_an_announced_request_changes_nothing) {
+  setenv("ASCEND_IPC_POLL_US", "0", 1);
+  char key[KEYLEN] = {0};
+  void *p = export_new(PAGE, EXPORT_ANY, key);
+  aipc__exporter_expect_request();
+  CHECK(a_thread_sleeps_in_an_endless_epoll_wait());
+  CHECK_EQ(aipc__exporter_expected_waits(), 0);
+  CHECK_OK(aclrtIpcMemClose(key));
+  CHECK_OK(aclrtFree(p));
+  CHECK_OK(aclFinalize());
 }

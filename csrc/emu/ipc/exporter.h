@@ -60,6 +60,15 @@ aclError aipc__exporter_close(const char *call, const aipc__key *k, bool lenient
 
 /* aclFinalize: stops the server, ends every export (unpinning its block). */
 void aipc__exporter_finalize(void);
+/* A key or handle of this process was just handed to one receiver, whose
+ * request is on its way: the server thread polls for up to
+ * AIPC_EXPECT_WINDOWS times ASCEND_IPC_POLL_US for it (woken now if it
+ * sleeps), instead of waking only when the request comes. No lock; no-op
+ * before the server starts or with polling off. */
+#define AIPC_EXPECT_WINDOWS 10
+void aipc__exporter_expect_request(void);
+/* How many of the server thread's waits polled for an expected request (for tests). */
+uint64_t aipc__exporter_expected_waits(void);
 /* Fork: the state is held still across it; the child drops what it copied
  * (without touching blocks: memory.c already forgot them). */
 void aipc__exporter_atfork_prepare(void);

@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdarg.h>
@@ -44,6 +45,14 @@ static struct exporter_server {
 };
 
 static char listen_tag, door_tag, wake_tag; /* epoll data of the non-connection fds */
+
+/* Until when the server thread polls because a request is on its way
+ * (aipc__exporter_expect_request), and whether it sleeps in its poller: each
+ * side writes its word, then reads the other's (sequentially consistent),
+ * so an expectation either finds the thread awake or wakes it. */
+static _Atomic uint64_t g_expect_until_ns;
+static _Atomic int g_server_sleeps;
+static _Atomic uint64_t g_expected_waits; /* waits that polled for an expected request */
 
 #define LISTEN_BACKLOG 4096
 /* Connections one process may hold open to this exporter. An importer needs
@@ -152,11 +161,28 @@ static void *server_main(void *arg) {
     /* Only the steady wait learns and polls: the others are timed on purpose. */
     uint64_t start = aipc__os_now_ns(), until = timeout < 0 ? aipc__spin_until(&spin, start) : 0;
     int n = 0;
-    if (until)
-      while ((n = aipc__os_poller_wait(aipc__exporter_poller(), tags, 64, 0)) == 0 && aipc__spin_again(until)) {
+    bool expected = false;
+    for (;;) {
+      if (until)
+        while ((n = aipc__os_poller_wait(aipc__exporter_poller(), tags, 64, 0)) == 0 && aipc__spin_again(until)) {
+        }
+      if (n != 0) break;
+      /* Before sleeping: a request announced to be on its way is polled
+       * for, however long the learnt window (it says nothing of this one). */
+      atomic_store(&g_server_sleeps, 1);
+      uint64_t expect = atomic_load(&g_expect_until_ns), now = aipc__os_now_ns();
+      if (timeout < 0 && expect > now && expect > until && aipc__os_cpus_online() > 1) {
+        atomic_store(&g_server_sleeps, 0);
+        until = expect;
+        expected = true;
+        atomic_fetch_add_explicit(&g_expected_waits, 1, memory_order_relaxed);
+        continue;
       }
-    if (n == 0) n = aipc__os_poller_wait(aipc__exporter_poller(), tags, 64, timeout);
-    if (timeout < 0 && n > 0) aipc__spin_learn(&spin, aipc__os_now_ns() - start);
+      n = aipc__os_poller_wait(aipc__exporter_poller(), tags, 64, timeout);
+      atomic_store(&g_server_sleeps, 0);
+      break;
+    }
+    if (timeout < 0 && n > 0 && !expected) aipc__spin_learn(&spin, aipc__os_now_ns() - start);
     aipc__exporter_lock();
     if (g.stop) {
       aipc__exporter_unlock();
@@ -332,6 +358,20 @@ uint32_t aipc__exporter_door(void) { return __atomic_load_n(&g.door, __ATOMIC_AC
 
 void aipc__exporter_wake(void) {
   if (g.wake_fd >= 0) aipc__os_waker_wake(g.wake_fd);
+}
+
+uint64_t aipc__exporter_expected_waits(void) { return atomic_load_explicit(&g_expected_waits, memory_order_relaxed); }
+
+void aipc__exporter_expect_request(void) {
+  uint64_t window = (uint64_t)aipc__config_get()->poll_us * 1000u * AIPC_EXPECT_WINDOWS;
+  if (window == 0 || !__atomic_load_n(&g.server_running, __ATOMIC_ACQUIRE)) return;
+  uint64_t until = aipc__os_now_ns() + window;
+  if (until > atomic_load(&g_expect_until_ns)) atomic_store(&g_expect_until_ns, until);
+  /* Woken now, the thread's wake-up overlaps the request's journey. */
+  if (!atomic_load(&g_server_sleeps)) return;
+  aipc__exporter_lock(); /* the waker lives while the server runs */
+  if (g.server_running && !g.stop) aipc__exporter_wake();
+  aipc__exporter_unlock();
 }
 
 /* ---- finalize, fork ------------------------------------------------------------- */

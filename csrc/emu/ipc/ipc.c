@@ -87,6 +87,8 @@ aclError aipc__emu_ipc_set_attr(const char *key, aclrtIpcMemAttrType type, uint6
   return aipc__exporter_set_attr(call, &k, (uint32_t)attr);
 }
 
+void aipc__emu_ipc_expect_request(void) { aipc__exporter_expect_request(); }
+
 aclError aipc__emu_ipc_get_attr(const char *key, aclrtIpcMemAttrType type, uint64_t *attr) {
   const char *call = "ipc_get_attr";
   aipc__key k;
