@@ -44,12 +44,13 @@ def _layout(state_dict: Mapping[str, Any], tensors: Any) -> Tuple[List[_Entry], 
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"share_state_dict() needs a mapping of names to tensors, not {type(state_dict).__name__}")
     entries, offset = [], 0
+    describe, append = tensors.describe, entries.append  # a thousand tensors: the loop is the cost
     for name, t in state_dict.items():
-        if not isinstance(name, str):
+        if type(name) is not str and not isinstance(name, str):
             raise TypeError(f"state dict keys must be str, not {type(name).__name__}")
-        dtype, dtype_name, shape, nbytes, parameter, requires_grad = tensors.describe(name, t)
-        entries.append(_Entry(name, dtype, dtype_name, shape, offset, nbytes, parameter, requires_grad))
-        offset += math.ceil(max(nbytes, 1) / ALIGN) * ALIGN
+        dtype, dtype_name, shape, nbytes, parameter, requires_grad = describe(name, t)
+        append(_Entry(name, dtype, dtype_name, shape, offset, nbytes, parameter, requires_grad))
+        offset += (nbytes + ALIGN - 1) // ALIGN * ALIGN if nbytes else ALIGN
     return entries, max(offset, ALIGN)
 
 

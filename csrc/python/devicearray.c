@@ -3,6 +3,7 @@
 #include "stream.h"
 
 #include <string.h>
+#include <sys/mman.h>
 
 _Static_assert(sizeof(npy_intp) == sizeof(Py_ssize_t), "npy_intp and Py_ssize_t differ");
 
@@ -390,6 +391,100 @@ done:
   return ret;
 }
 
+#ifdef MADV_POPULATE_WRITE
+#define AIPC_PY_MADV_POPULATE_WRITE MADV_POPULATE_WRITE
+#else
+#define AIPC_PY_MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+
+/* Host-to-device copies of many small host ranges into one allocation, with
+ * the GIL released once: packing a state dict's tensors (ascend_ipc.torch). */
+typedef struct gather_call {
+  char *base;       /* the view's first byte */
+  Py_ssize_t n;
+  const Py_ssize_t *offset, *size;
+  const uintptr_t *src;
+} gather_call;
+
+static void gather_bytes(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
+  gather_call *g = arg;
+  /* A CPU tensor of the emulator may itself be device memory (ascend_ipc's
+   * own tensors are): there the runtime tells the direction by the address. */
+  aclrtMemcpyKind kind = p->host_visible ? ACL_MEMCPY_DEFAULT : ACL_MEMCPY_HOST_TO_DEVICE;
+  if (p->host_visible && g->n > 1) {
+    /* Memory this process can address: its pages made in one call, not one
+     * fault per page under the copies (a hint; a kernel without it faults). */
+    Py_ssize_t lo = PY_SSIZE_T_MAX, hi = 0;
+    for (Py_ssize_t i = 0; i < g->n; i++) {
+      if (g->offset[i] < lo) lo = g->offset[i];
+      if (g->offset[i] + g->size[i] > hi) hi = g->offset[i] + g->size[i];
+    }
+    uintptr_t a = (uintptr_t)(g->base + lo) & ~(uintptr_t)4095, b = ((uintptr_t)(g->base + hi) + 4095) & ~(uintptr_t)4095;
+    if (b > a) (void)madvise((void *)a, b - a, AIPC_PY_MADV_POPULATE_WRITE);
+  }
+  for (Py_ssize_t i = 0; i < g->n; i++) {
+    if (g->size[i] == 0) continue;
+    aclError rc = p->memcpy(g->base + g->offset[i], (size_t)g->size[i], (const void *)g->src[i], (size_t)g->size[i],
+                            kind);
+    if (aipc_py_note(p, f, AIPC_CALL_NAME(memcpy), rc) != ACL_SUCCESS) return;
+  }
+}
+
+/* _gather_from_host(pieces): pieces is a sequence of (offset in this view,
+ * host address, bytes). Internal: the addresses must be live host memory of
+ * this process (a CPU tensor's data_ptr(), its tensor held by the caller);
+ * the ranges in this view are checked. */
+static PyObject *array_gather_from_host(PyObject *op, PyObject *pieces) {
+  aipc_py_state *st = aipc_py_state_of(Py_TYPE(op));
+  if (aipc_py_array_checked(SELF) == NULL) return NULL;
+  if (!aipc_py_c_contiguous(SELF->ndim, SELF->shape, SELF->strides, PyDataType_ELSIZE(SELF->dtype))) {
+    PyErr_SetString(PyExc_ValueError, "_gather_from_host() writes C-contiguous views only");
+    return NULL;
+  }
+  PyObject *seq = PySequence_Fast(pieces, "_gather_from_host() needs a sequence of (offset, address, bytes)");
+  if (seq == NULL) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject *ret = NULL;
+  aipc_py_allocation *alloc = NULL;
+  Py_ssize_t *offset = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
+  Py_ssize_t *size = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
+  uintptr_t *src = PyMem_Malloc(sizeof(uintptr_t) * (size_t)(n ? n : 1));
+  if (offset == NULL || size == NULL || src == NULL) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
+    unsigned long long addr;
+    if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "nKn:_gather_from_host", &offset[i], &addr, &size[i])) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "_gather_from_host() pieces are (offset, address, bytes)");
+      goto done;
+    }
+    src[i] = (uintptr_t)addr;
+    if (offset[i] < 0 || size[i] < 0 || offset[i] > SELF->nbytes || size[i] > SELF->nbytes - offset[i] ||
+        (size[i] > 0 && addr == 0)) {
+      PyErr_Format(PyExc_ValueError, "_gather_from_host(): piece %zd (%zd bytes at %zd) is outside the %zd-byte view",
+                   i, size[i], offset[i], SELF->nbytes);
+      goto done;
+    }
+  }
+  /* Parsing ran no code that could close this array, but look again anyway:
+   * the copy must hold the allocation it writes. */
+  alloc = aipc_py_array_checked(SELF);
+  if (alloc == NULL) goto done;
+  Py_INCREF(alloc);
+  gather_call g = {(char *)alloc->base + SELF->offset, n, offset, size, src};
+  if (n > 0 && aipc_py_allocation_call(st, alloc, NULL, gather_bytes, &g) < 0) goto done;
+  ret = Py_NewRef(Py_None);
+done:
+  Py_XDECREF(alloc);
+  PyMem_Free(offset);
+  PyMem_Free(size);
+  PyMem_Free(src);
+  Py_DECREF(seq);
+  return ret;
+}
+
 /* __array__(dtype=None, copy=None): numpy's conversion protocol. Device memory
  * reaches the host only by a copy, so this is numpy() (plus a cast); copy=False
  * cannot be honoured and says how to share instead. */
@@ -599,6 +694,9 @@ static PyGetSetDef array_getset[] = {
 static PyMethodDef array_methods[] = {
     {"numpy", array_numpy, METH_NOARGS,
      "numpy($self, /)\n--\n\nA C-contiguous host copy, a numpy.ndarray (device-to-host aclrtMemcpy)."},
+    {"_gather_from_host", array_gather_from_host, METH_O,
+     "_gather_from_host($self, pieces, /)\n--\n\n"
+     "Internal: host-to-device copies of (offset in this view, host address, bytes) pieces."},
     {"copy_from", (PyCFunction)(void (*)(void))array_copy_from, METH_VARARGS | METH_KEYWORDS,
      "copy_from($self, /, src, stream=None)\n--\n\n"
      "Copies into this C-contiguous view: from host data (host-to-device) or from a\n"

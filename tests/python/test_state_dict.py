@@ -27,6 +27,9 @@ def _mixed():
         "empty": torch.empty(0, 3),
         "mask": torch.tensor([True, False, True]),
         "strided": torch.arange(12.0).view(3, 4).t(),  # stored contiguous, values kept
+        "conj": torch.tensor([1 + 2j, 3 - 4j]).conj(),  # a lazy conjugate: its values, not its bits
+        "neg": torch.tensor([1 + 2j, 3 - 4j]).conj().imag,  # a lazy negation
+        "device": atorch.zeros(6).add_(5),  # ascend_ipc memory as a source
     }
     return sd
 
@@ -42,6 +45,25 @@ def test_open_keeps_every_tensor():
     assert isinstance(got["w"], torch.nn.Parameter) and got["w"].requires_grad
     assert isinstance(got["frozen"], torch.nn.Parameter) and not got["frozen"].requires_grad
     assert not isinstance(got["count"], torch.nn.Parameter)
+
+
+def test_packing_checks_its_pieces():
+    """The buffer is packed in one call of host-to-device copies; its pieces are checked."""
+    buf = aipc.empty((4096,), "uint8")
+    src = torch.arange(16, dtype=torch.uint8)
+    buf._gather_from_host([(100, src.data_ptr(), 16), (0, src.data_ptr(), 0)])
+    assert bytes(buf.numpy()[100:116]) == bytes(range(16))
+    for bad in ([(4090, src.data_ptr(), 16)], [(-1, src.data_ptr(), 1)], [(0, src.data_ptr(), -1)], [(0, 0, 4)]):
+        with pytest.raises(ValueError, match="outside|view"):
+            buf._gather_from_host(bad)
+    for bad in ([(0, 1)], [[0, 1, 2]], 5, [("0", 1, 2)]):
+        with pytest.raises(TypeError):
+            buf._gather_from_host(bad)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        buf[::2]._gather_from_host([])
+    buf.close()
+    with pytest.raises(ValueError, match="closed"):
+        buf._gather_from_host([])
 
 
 def test_one_buffer_one_import_for_thousands_of_tensors():
