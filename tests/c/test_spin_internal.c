@@ -213,8 +213,9 @@ static int one_import_child(chan *c, void *arg) {
  * for one receiver does), wakes to poll for it, serves it, and sleeps
  * without a deadline again once the window has passed. */
 TEST(an_announced_request_wakes_the_server_to_poll_for_it) {
-  if (aipc__os_cpus_online() < 2) {
-    fprintf(stderr, "skipped: one CPU, where nothing polls\n");
+  if (aipc__os_cpus_online() < 2 || under_valgrind()) {
+    /* valgrind runs one thread at a time: a polling thread there starves the rest */
+    fprintf(stderr, "skipped: one CPU (or valgrind's one thread at a time), where nothing polls\n");
     return;
   }
   char key[KEYLEN] = {0};
