@@ -654,15 +654,11 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     start = time.monotonic()
     import torch.multiprocessing as tmp
-    from torch.multiprocessing import reductions
 
     import ascend_ipc.torch  # noqa: F401  (install(): tensors in ascend_ipc memory go zero-copy)
 
     tmp.set_sharing_strategy("file_descriptor")
-    # (c) through torch's own reduction, not behind ascend_ipc.torch's dispatcher
-    import torch
-
-    torch_reducers = {cls: reductions.reduce_tensor for cls in (torch.Tensor, torch.nn.Parameter)}
+    torch_reducers = BS.torch_reducers()  # torch's sharing through its own reduction, not the dispatcher
     ctx = tmp.get_context("spawn")
     res = {"schema": 1, "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
            "argv": sys.argv[1:] if argv is None else list(argv), "quick": args.quick, "machine": _machine(),
