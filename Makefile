@@ -52,7 +52,7 @@ EXAMPLES = $(patsubst examples/c/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
 RPATH = -Wl,-rpath,'$$ORIGIN/..'
 
-.PHONY: all lib test test-c check-layers c-programs test-py test-py-asan test-matrix demo demo-c bench bench-c test-hw valgrind clean venv \
+.PHONY: all lib test test-c check-layers c-programs test-py test-py-asan test-matrix demo demo-c bench bench-c bench-targets test-hw valgrind clean venv \
   wheel wheel-check wheel-check-matrix
 
 all: lib
@@ -204,9 +204,16 @@ test-hw: $(VENV)/.installed lib
 	ASCEND_IPC_HARDWARE=1 $(VPY) -m pytest -ra tests/python/test_hardware.py
 
 # Figures against the alternatives; writes docs/benchmarks.md and docs/img/.
+# bench-targets: the five speed targets, each beside its baseline of the same run,
+# BENCH_RUNS runs of them (the spread: min-max).
+BENCH_RUNS ?= 3
 bench: $(VENV)/.installed bench-c
 	$(VPY) benchmarks/bench_share.py
 	$(VPY) benchmarks/bench_workflows.py
+	$(VPY) benchmarks/bench_targets.py --runs $(BENCH_RUNS)
+
+bench-targets: $(VENV)/.installed
+	$(VPY) benchmarks/bench_targets.py --runs $(BENCH_RUNS)
 
 demo: $(VENV)/.installed
 	$(VPY) -m ascend_ipc.demo

@@ -375,6 +375,15 @@ class Producer:
         return _Swap(self.torch_reducers if self.method == "c" else None)
 
 
+def torch_reducers():
+    """torch's own reduction of tensors, for (c): importing ascend_ipc.torch puts its dispatcher in
+    front of it in ForkingPickler, so what is registered there is not torch's alone."""
+    import torch
+    from torch.multiprocessing import reductions
+
+    return {cls: reductions.reduce_tensor for cls in (torch.Tensor, torch.nn.Parameter)}
+
+
 class _Swap:
     def __init__(self, reducers):
         self.reducers = reducers
@@ -1071,17 +1080,15 @@ def log(msg):
 def run(args):
     start = time.monotonic()
     import numpy  # noqa: F401
-    import torch
+    import torch  # noqa: F401
     import torch.multiprocessing as tmp
 
     import ascend_ipc  # noqa: F401
     import ascend_ipc.torch as atorch
 
     tmp.set_sharing_strategy("file_descriptor")
-    from multiprocessing.reduction import ForkingPickler
-
-    torch_reducers = {cls: ForkingPickler._extra_reducers[cls] for cls in (torch.Tensor, torch.nn.Parameter)}
     atorch.install()
+    reducers = torch_reducers()
     ctx = tmp.get_context("spawn")
 
     res = {
@@ -1115,7 +1122,7 @@ def run(args):
                 reps = pickle_reps(size, args) if m == "e" else args.reps
                 warm = min(args.warmup, 1) if (m == "e" and size >= 64 * MiB) else args.warmup
                 t = time.monotonic()
-                st = measure_latency(consumers[m], Producer(m, torch_reducers), size, reps, warm,
+                st = measure_latency(consumers[m], Producer(m, reducers), size, reps, warm,
                                      floor=consumers["f"] if m != "f" else None)
                 res["latency"].setdefault(m, {})[str(size)] = st
                 res["reps"].setdefault(m, {})[str(size)] = reps
@@ -1143,7 +1150,7 @@ def run(args):
         log(f"throughput ({m}): {args.throughput_count} x 4 KiB, {args.throughput_rounds} rounds")
         cons = Consumers(ctx, m, 1, args.timeout)
         try:
-            st = measure_throughput(cons, Producer(m, torch_reducers), args.throughput_count,
+            st = measure_throughput(cons, Producer(m, reducers), args.throughput_count,
                                     args.throughput_rounds, 4 * KiB)
         finally:
             cons.close()
@@ -1158,7 +1165,7 @@ def run(args):
             log(f"concurrency ({m}): {n} consumers, {size_label(args.concurrency_size)}")
             cons = Consumers(ctx, m, n, args.timeout)
             try:
-                st = measure_concurrency(cons, Producer(m, torch_reducers), args.concurrency_size,
+                st = measure_concurrency(cons, Producer(m, reducers), args.concurrency_size,
                                          args.concurrency_reps, min(args.warmup, 3))
             finally:
                 cons.close()

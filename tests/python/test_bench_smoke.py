@@ -90,3 +90,44 @@ def test_bench_workflows_quick():
     for n, row in result["state_dict_ms"].items():
         assert set(row) == {"share_state_dict", "per_tensor_handles", "torch_share_memory", "pickle"}, n
     assert set(result["dataloader_per_s"]) == {"4 KiB", "1 MiB"}
+
+
+@pytest.mark.timeout(600)
+def test_bench_targets_quick(tmp_path):
+    """The five target rows, twice (--runs 2): each row has a figure beside its baseline, or says
+    why it failed; the report keeps what is outside its markers and links its plot."""
+    for module in ("matplotlib", "torch", "numpy"):
+        _require(module)
+    out_json = tmp_path / "targets.json"
+    out_md = tmp_path / "benchmarks.md"
+    img = tmp_path / "img"
+    out_md.write_text("# Kept\n\n<!-- BEGIN TARGETS by benchmarks/bench_targets.py: edits inside are overwritten -->\n"
+                      "old\n<!-- END TARGETS -->\n\ntrailer\n", encoding="utf-8")
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "bench_targets.py"), "--quick", "--runs", "2",
+           "--json", str(out_json), "--markdown", str(out_md), "--img-dir", str(img)]
+    proc = subprocess.run(cmd, cwd=str(tmp_path), capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, f"bench_targets.py --quick failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    res = json.loads(out_json.read_text(encoding="utf-8"))
+    rows = ["handoff_a", "handoff_b", "queue_4k", "dataloader", "full_read", "state_dict", "state_dict_kept"]
+    assert res["quick"] is True and res["runs_done"] == 2 and len(res["runs"]) == 2
+    assert list(res["summary"]) == rows
+    for run in res["runs"]:
+        for key in rows:
+            r = run[key]
+            if key == "state_dict" and r.get("failed"):
+                continue  # a receiver that cannot open a dropped handle is reported, not raised
+            assert not r.get("failed"), (key, r.get("failed"))
+            assert r["figure"] > 0 and r["baseline"] > 0 and r["ratio"] > 0, key
+            assert r["met"] in (True, False), key
+    for key in rows:
+        s = res["summary"][key]
+        assert s["runs"] == 2
+        if s["ratio"]:
+            assert s["ratio"]["min"] <= s["ratio"]["median"] <= s["ratio"]["max"], key
+    md = out_md.read_text(encoding="utf-8")
+    assert md.startswith("# Kept\n") and md.rstrip().endswith("trailer") and "\nold\n" not in md
+    assert "| measure | figure | baseline | ratio | target | met? |" in md
+    for num in ("(1a)", "(1b)", "(2)", "(3)", "(4)", "(5)", "(5')"):
+        assert f"| {num} " in md, num
+    png = img / "bench_targets.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "img/bench_targets.png" in md
