@@ -458,7 +458,8 @@ def render_markdown(res, img_rel):
     L = [BEGIN, "", f"{'Quick smoke run' if res['quick'] else 'Run'} of {res['generated']}: "
          f"{n} run{'s' if n != 1 else ''} of the five rows, one after the other, the readers spawned once "
          f"({res['duration_s']:.0f} s; machine: {res['machine']}). Each figure beside its baseline, "
-         "both measured in the same run" + ("; medians over the runs, min–max in brackets." if n > 1 else "."), ""]
+         "both measured in the same run" + ("; medians over the runs, min–max in brackets." if n > 1 else ".")
+         + (f" 1-minute load average at the end {res['loadavg_end'][0]:.1f}." if res.get("loadavg_end") else ""), ""]
     L.append("| measure | figure | baseline | ratio | target | met? |")
     L.append("|---|---:|---:|---:|---:|---|")
     for key, what, _f, bname, unit, op, target in ROWS:
@@ -484,6 +485,12 @@ def render_markdown(res, img_rel):
         L.append(f"| ({NUM[key]}) {_what(what, res['args'])} | {fig} | {base} | {ratio} | "
                  f"{'≤' if op == '<=' else '≥'} {target:g}× | {met} |")
     L.append("")
+    busy = max([x[0] for x in (res.get("loadavg_start"), res.get("loadavg_end")) if x] or [0])
+    if res.get("cpus") and busy > res["cpus"] + 0.5:
+        L.append(f"The machine was busy with other work (1-minute load average up to {busy:.1f} on {res['cpus']} "
+                 "CPUs; the benchmark itself accounts for about 1–2): the absolute figures are noisier and higher "
+                 "than on an idle machine; each ratio compares figures taken under the same load.")
+        L.append("")
     if n > 1:
         L.append("Each run's ratio (the table above: their median and min–max):")
         L.append("")
@@ -585,8 +592,9 @@ def plot(res, path):
     ys = list(range(len(labels)))[::-1]
     colors = ["C2" if v >= 1 else "C3" for v in score]
     ax.barh(ys, [v if v > 0 else 1e-9 for v in score], xerr=[lo, hi], color=colors, capsize=3)
-    for y, v, t in zip(ys, score, notes):
-        ax.annotate(t, (max(v, 0.02), y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+    for y, v, h, t in zip(ys, score, hi, notes):
+        ax.annotate(t, (max(v + h, 0.02), y), xytext=(6, 0), textcoords="offset points", va="center", fontsize=8,
+                    color="C3" if not v else "black")
     ax.axvline(1, color="k", linestyle=":", linewidth=1)
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
@@ -618,6 +626,8 @@ def parse_args(argv):
                                       "(default docs/benchmarks.md; quick: none)")
     p.add_argument("--img-dir", help="where the plot goes (default docs/img; quick: none)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for any one answer")
+    p.add_argument("--from-json", metavar="PATH", help="measure nothing: write the report and the plot of the "
+                                                         "run saved in PATH (its --json)")
     a = p.parse_args(argv)
     q = a.quick
     if a.runs < 1:
@@ -649,6 +659,11 @@ def _machine():
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.from_json:
+        with open(args.from_json, encoding="utf-8") as f:
+            res = json.load(f)
+        report(res, args)
+        return 0
     start = time.monotonic()
     import torch.multiprocessing as tmp
 
@@ -664,7 +679,7 @@ def main(argv=None):
                                                    "sd_tensors", "sd_reps")},
            "rows": {k: {"what": _what(w, vars(args)), "figure": f, "baseline": b, "unit": u, "target": f"{op} {t:g}"}
                     for k, w, f, b, u, op, t in ROWS},
-           "runs": []}
+           "runs": [], "loadavg_start": list(os.getloadavg()), "cpus": len(os.sched_getaffinity(0))}
     log(f"machine: {res['machine']}")
     log("starting the readers")
     cons = {m: BS.Consumers(ctx, m, 1, args.timeout) for m in ("a", "b", "c", "f")}
@@ -682,6 +697,13 @@ def main(argv=None):
     res["runs_done"] = len(res["runs"])
     res["summary"] = summarize(res["runs"])
     res["duration_s"] = time.monotonic() - start
+    res["loadavg_end"] = list(os.getloadavg())
+    report(res, args)
+    return 0
+
+
+def report(res, args):
+    """The plot, the Markdown part and the JSON, where args say; the verdicts on stdout."""
     img_rel = None
     if args.img_dir:
         path = plot(res, os.path.join(args.img_dir, "bench_targets.png"))
@@ -689,7 +711,7 @@ def main(argv=None):
             img_rel = os.path.relpath(path, os.path.dirname(os.path.abspath(args.markdown)))
     if args.markdown:
         write_markdown(args.markdown, render_markdown(res, img_rel))
-    if args.json:
+    if args.json and not args.from_json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(res, f, indent=1)
@@ -701,7 +723,6 @@ def main(argv=None):
             f"{r['median']:.3g}x" + (f" ({r['min']:.3g}-{r['max']:.3g}x)" if s["runs"] > 1 else "") if r else "-")
         verdict = "reference" if key == "state_dict_kept" else f"met in {s['met_runs']} of {s['runs']} runs"
         print(f"({NUM[key]}) target {op} {target:g}x: {_what(what, res['args'])}: {fig}; {verdict}", flush=True)
-    return 0
 
 
 if __name__ == "__main__":
