@@ -84,6 +84,14 @@ static inline aipc_py_state *aipc_py_state_of_module(PyObject *module) {
  * borrowed reference; NULL with RuntimeError set when none is. */
 PyObject *aipc_py_callback(PyObject *fn, const char *name);
 
+/* Put and drop, for every kind the extension pickles (IpcHandle, Event):
+ * the hold a copy carries is None or an (address, token) pair; anything else
+ * in a pickle is refused with TypeError naming who (0 or -1). */
+int aipc_py_check_hold(PyObject *hold, const char *who);
+/* Gives the sender the hold in *slot back, once (*slot is cleared; NULL or
+ * None: nothing to give); never raises, keeps any pending exception. */
+void aipc_py_release_hold(aipc_py_state *st, PyObject **slot);
+
 /* ---- failures of runtime calls (errors.c) -------------------------------
  *
  * A runtime call may run with the GIL released, and its message lives in the
