@@ -505,13 +505,12 @@ static PyObject *reduce_impl(PyObject *op, int one_receiver) {
 
 static PyObject *handle_reduce(PyObject *op, PyObject *unused) { return reduce_impl(op, 0); }
 
-PyObject *aipc_py_handle_reduce_for_one(PyObject *module, PyObject *handle) {
+PyObject *aipc_py_handle_reduce_for_one(PyObject *module, PyObject *obj) {
   aipc_py_state *st = aipc_py_state_of_module(module);
-  if (Py_TYPE(handle) != st->handle_type) {
-    PyErr_Format(PyExc_TypeError, "_reduce_for_one() needs an IpcHandle, not %.100s", Py_TYPE(handle)->tp_name);
-    return NULL;
-  }
-  return reduce_impl(handle, 1);
+  if (Py_TYPE(obj) == st->handle_type) return reduce_impl(obj, 1);
+  if (Py_TYPE(obj) == st->event_type) return aipc_py_event_reduce(obj, 1);
+  PyErr_Format(PyExc_TypeError, "_reduce_for_one() needs an IpcHandle or an Event, not %.100s", Py_TYPE(obj)->tp_name);
+  return NULL;
 }
 
 PyObject *aipc_py_handle_rebuild(PyObject *module, PyObject *args) {

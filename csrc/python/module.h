@@ -57,8 +57,9 @@ typedef struct aipc_py_state {
   /* What the extension calls back into the package with, handed over by
    * ascend_ipc/__init__.py through _register_callbacks() (the extension
    * never imports the package); NULL until then:
-   *   hold(handle, one_receiver) -> (address, token) or None: put and drop
-   *     keeps an exporter's handle alive for a pickled copy;
+   *   hold(obj, one_receiver) -> (address, token) or None: put and drop
+   *     keeps an exporter's handle (or a creator's IPC Event) alive for a
+   *     pickled copy;
    *   release(address, token): a copy was opened or dropped;
    *   open_torch(handle, *args, **kwargs): IpcHandle.open_torch(). */
   PyObject *hold;
