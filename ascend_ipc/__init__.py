@@ -48,12 +48,16 @@ from ._vmm import MappedHandle, PhysicalMemory, ShareableHandle, VirtualRange, g
 
 def _register_one_receiver_pickling():
     # multiprocessing's queues and pipes (and so DataLoader workers and torch.multiprocessing)
-    # pickle each copy for one receiver: there a hand-off's hold ends when it is opened.
+    # pickle each copy for one receiver: there a hand-off's hold ends when it is opened. Every
+    # kind of handle (ascend_ipc/_handoff.py); a StateDictHandle's IpcHandle is one of them.
     from multiprocessing.reduction import ForkingPickler
 
-    from . import _C
+    from . import _C, _vmm
 
     ForkingPickler.register(IpcHandle, _C._reduce_for_one)
+    ForkingPickler.register(Event, _C._reduce_for_one)
+    ForkingPickler.register(MappedHandle, _vmm._reduce_for_one)
+    ForkingPickler.register(ShareableHandle, _vmm._reduce_for_one)
 
 
 def _hold(handle, one_receiver):

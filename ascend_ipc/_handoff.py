@@ -1,16 +1,34 @@
-"""Put and drop: a pickled hand-off keeps its memory alive in the sender until it is opened.
+"""Put and drop: a pickled hand-off keeps what it needs alive in the sender until it is opened.
 
-When the exporting process pickles an exporter-side IpcHandle (directly, or through
-ascend_ipc.torch's reduction), this process keeps the handle (and so the memory and its
-export) alive for that copy under a fresh 128-bit token. Through multiprocessing's
-ForkingPickler (queues, pipes, DataLoader workers: one receiver per copy), the pickle
-carries the hold — the address of this process's release socket and the token — and the
-receiver's open(), or the copy's close or collection without an open, sends the token back
-(a receiver's releases of one millisecond together, in one datagram): the hold goes at once.
-Plain pickle may feed many receivers (torch.distributed's broadcast_object_list sends one
-pickle to every rank), so such a copy carries no release and is held until the deadline. Either way a copy is let go after
-ASCEND_IPC_SEND_TIMEOUT_S seconds (default 60), so what a sender holds is bounded by what
-is in flight.
+Every kind of handle takes part, each holding the object that keeps what its receiver needs:
+
+- IpcHandle (export()'s, or ascend_ipc.torch's reduction of a tensor): the exporter's handle,
+  so the memory and its export (and, with a stream, its IPC event; with keepalive=, that
+  object: a torch storage);
+- StateDictHandle: its IpcHandle, as above, whose keepalive is the packed buffer and the IPC
+  event that orders the exporter's writes;
+- ShareableHandle: itself, which references the PhysicalMemory it was exported from;
+- MappedHandle: itself, which keeps the retained PhysicalMemory of every chunk (and the torch
+  storage);
+- an IPC Event: the creator's Event.
+
+When the process that made one pickles it, this process keeps that object alive for the copy
+under a fresh 128-bit token (hold(): one dict insert). Through multiprocessing's
+ForkingPickler (queues, pipes, DataLoader workers: one receiver per copy; ascend_ipc registers
+the one-receiver reductions there), the pickle carries the hold — the address of this process's
+release socket and the token — and the receiver's open(), or the copy's close or collection
+without an open, sends the token back (a receiver's releases of one millisecond together, in
+one datagram): the hold goes at once. An IPC event's copy is opened by its unpickling, which
+gives the hold back. Plain pickle may feed many receivers (torch.distributed's
+broadcast_object_list sends one pickle to every rank), so such a copy carries no release and
+is held until the deadline. Either way a copy is let go after ASCEND_IPC_SEND_TIMEOUT_S
+seconds (default 60), so what a sender holds is bounded by what is in flight. A copy
+forwarded unopened passes its hold on.
+
+IpcHandle and Event keep their hold in the extension (csrc/python); the Python handles keep
+theirs in a Ticket, which gives it back exactly once. A pickle is data anyone can edit: a hold
+of another shape than (address, token) is refused with TypeError, and release() sends only a
+16-byte token, only to an ascend_ipc release socket.
 
 The release socket is an abstract Unix datagram socket served by one daemon thread, made
 on the first hold. Releases are accepted from processes of this user only (the kernel's
@@ -183,6 +201,40 @@ def hold(obj: Any, one_receiver: bool = True) -> Optional[Tuple[bytes, bytes]]:
     copy carries no release)."""
     address_token = _state.hold(obj)
     return address_token if one_receiver else None
+
+
+def carried(obj: Any, ticket: Optional["Ticket"], one_receiver: bool) -> Optional[Tuple[bytes, bytes]]:
+    """The hold a pickled copy of obj carries: obj made in this process (ticket None) is held
+    for the copy (hold()); a received copy passes on the hold it came with, if it has not
+    given it back yet."""
+    if ticket is None:
+        return hold(obj, one_receiver)
+    return ticket.pair
+
+
+class Ticket:
+    """The receiver's side of one copy's hold: release() gives it back to the sender, once —
+    on the copy's open, its close, or its collection, whichever comes first."""
+
+    __slots__ = ("pair",)
+
+    def __init__(self, pair: Optional[Tuple[bytes, bytes]]) -> None:
+        # A pickle is data anyone can edit: a pair of another shape is refused here; one of
+        # the right shape with the wrong contents is refused by release(), which never raises.
+        if pair is not None and (type(pair) is not tuple or len(pair) != 2):
+            raise TypeError("hold must be None or an (address, token) pair")
+        self.pair = pair
+
+    def release(self) -> None:
+        pair, self.pair = self.pair, None
+        if pair is not None:
+            release(*pair)
+
+    def __del__(self) -> None:  # a copy collected unopened
+        try:
+            self.release()
+        except Exception:  # at interpreter exit the module may be half gone: the deadline ends it
+            pass
 
 
 def release(address: bytes, token: bytes) -> None:

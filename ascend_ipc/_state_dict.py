@@ -196,12 +196,15 @@ def share(state_dict: Mapping[str, Any], pids, stream: Optional[Stream], device:
     tensors.copy_in(buf, entries, state_dict)
     view = tensors.view_of(buf)
     try:
-        handle = _C.export(view, None if pids is None else list(pids), None, keepalive=buf)
+        # One IPC event for the life of the share: update(stream=...) records it again, and a
+        # receiver holding an old copy of the handle still waits on the latest record.
+        ev = Event(ipc=True, device=view.device)
+        # The exporter's handle keeps the buffer and the event: a pickled copy of this
+        # StateDictHandle holds that handle (put and drop), so both live until the copy is
+        # opened, however soon the sender drops the StateDictHandle.
+        handle = _C.export(view, None if pids is None else list(pids), None, keepalive=(buf, ev))
     finally:
         view.close()
-    # One IPC event for the life of the share: update(stream=...) records it again, and a
-    # receiver holding an old copy of the handle still waits on the latest record.
-    ev = Event(ipc=True, device=handle.device)
     if stream is not None:
         ev.record(stream)
     return StateDictHandle(handle, entries, ev.ipc_handle, tensors, buf, ev)

@@ -117,7 +117,9 @@ class PhysicalMemory:
             value = _shareable_number(handle, want is not None)
             if want:
                 _C._vmm_set_pids(value, want)
-        return ShareableHandle(value, self.size, self.device, os.getpid(), _C._place_here())
+        h = ShareableHandle(value, self.size, self.device, os.getpid(), _C._place_here())
+        h._keep = self  # put and drop: a pickled copy holds h, so this memory, until it is opened
+        return h
 
     def close(self) -> None:
         """Gives this handle back (aclrtFreePhysical); idempotent. Waits for a call on it that
@@ -147,10 +149,13 @@ class ShareableHandle:
     """The 64-bit number of an exported PhysicalMemory; picklable, plain data.
 
     Holding the number is not enough to open it: the exporter's whitelist
-    (export(pids=...)) decides, unless it exported with pids=None.
+    (export(pids=...)) decides, unless it exported with pids=None. The one
+    PhysicalMemory.export() returns keeps that PhysicalMemory alive while it
+    lives, and a pickled copy of it keeps it until the copy is opened (put and
+    drop: see ascend_ipc/_handoff.py).
     """
 
-    __slots__ = ("value", "size", "device", "pid", "place")
+    __slots__ = ("value", "size", "device", "pid", "place", "_keep", "_ticket")
 
     def __init__(self, value: int, size: int, device: int, pid: int,
                  place: Optional[Tuple[int, int, int]] = None) -> None:
@@ -159,6 +164,8 @@ class ShareableHandle:
         # namespace) ids, 0 where unknown; None: unknown, e.g. a number from a C program. The
         # number itself has no room for it, as a key has, so the handle carries it in full.
         self.place = None if place is None else (int(place[0]), int(place[1]), int(place[2]))
+        self._keep: Optional[PhysicalMemory] = None  # sender side: the memory exported
+        self._ticket: Any = None  # a received copy: its _handoff.Ticket; None: made in this process
 
     def open(self, device: Optional[int] = None) -> PhysicalMemory:
         """This process's PhysicalMemory over the exporter's (on device, default: the exporter's id)."""
@@ -181,10 +188,28 @@ class ShareableHandle:
             _C._refuse(100000, "aclrtMemImportFromShareableHandle",
                        f"ShareableHandle.open: the handle claims {self.size} bytes but the exporter's physical "
                        f"allocation has {real} (refused; the import is given back)")
-        return PhysicalMemory._from_handle(handle, self.size, dev, True)
+        pm = PhysicalMemory._from_handle(handle, self.size, dev, True)
+        if self._ticket is not None:
+            self._ticket.release()  # imported: the sender need not hold its memory for this copy
+        return pm
+
+    def close(self) -> None:
+        """A received copy: gives the sender's hold back unopened. The exporter's: lets go of
+        its PhysicalMemory (which goes when nothing else holds it). Idempotent."""
+        if self._ticket is not None:
+            self._ticket.release()
+        self._keep = None
+
+    def _plain(self) -> tuple:
+        return (self.value, self.size, self.device, self.pid, self.place)
+
+    def _reduce(self, one_receiver: bool):
+        from . import _handoff
+
+        return (_rebuild_shareable, self._plain() + (_handoff.carried(self, self._ticket, one_receiver),))
 
     def __reduce__(self):
-        return (ShareableHandle, (self.value, self.size, self.device, self.pid, self.place))
+        return self._reduce(False)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ShareableHandle) and self.value == other.value
@@ -194,6 +219,23 @@ class ShareableHandle:
 
     def __repr__(self) -> str:
         return f"<ascend_ipc.ShareableHandle 0x{self.value:016x} size={self.size} device={self.device} pid={self.pid}>"
+
+
+def _rebuild_shareable(value: int, size: int, device: int, pid: int, place: Optional[Tuple[int, int, int]],
+                       hold: Optional[Tuple[bytes, bytes]]) -> ShareableHandle:
+    """Unpickling of a ShareableHandle: the copy carries the sender's hold (or None)."""
+    from . import _handoff
+
+    ticket = _handoff.Ticket(hold)  # first: a hold of the wrong shape is refused
+    h = ShareableHandle(value, size, device, pid, place)
+    h._ticket = ticket
+    return h
+
+
+def _reduce_for_one(h: Any):
+    """ShareableHandle and MappedHandle pickling for one receiver per copy (multiprocessing's
+    ForkingPickler, where ascend_ipc registers it): the hold ends when that copy is opened."""
+    return h._reduce(True)
 
 
 class _Reservation:
@@ -393,7 +435,9 @@ class MappedHandle:
     It carries one ShareableHandle per physical allocation the view spans,
     and where the view starts in the first. open() maps them side by side in
     a VirtualRange of the receiver and returns the view; the sender's
-    PhysicalMemory references stay with this object while it lives.
+    PhysicalMemory references stay with this object while it lives, and a
+    pickled copy keeps this object until the copy is opened (put and drop:
+    see ascend_ipc/_handoff.py).
     """
 
     def __init__(self, chunks: Sequence[ShareableHandle], offset: int, shape: Tuple[int, ...],
@@ -403,9 +447,17 @@ class MappedHandle:
         self.offset, self.shape, self.strides, self.dtype = offset, tuple(shape), tuple(strides), dtype
         self.torch_dtype = torch_dtype
         self._keep = keep  # sender side: the retained PhysicalMemory objects (and the torch storage)
+        self._ticket: Any = None  # a received copy: its _handoff.Ticket; None: made in this process
+
+    def _reduce(self, one_receiver: bool):
+        from . import _handoff
+
+        # The chunks travel as plain values: this handle's one hold keeps all of their memory.
+        return (_rebuild_mapped, (tuple(c._plain() for c in self.chunks), self.offset, self.shape, self.strides,
+                                  self.dtype, self.torch_dtype, _handoff.carried(self, self._ticket, one_receiver)))
 
     def __reduce__(self):
-        return (MappedHandle, (self.chunks, self.offset, self.shape, self.strides, self.dtype, self.torch_dtype))
+        return self._reduce(False)
 
     def open(self, device: Optional[int] = None) -> DeviceArray:
         """Maps the chunks in a new VirtualRange of this process; returns the view (shape, strides, dtype)."""
@@ -430,9 +482,12 @@ class MappedHandle:
         whole = rng.array()
         rng.close()  # the array holds what it needs
         try:
-            return _C._subview(whole, self.offset, self.shape, self.strides, self.dtype)
+            view = _C._subview(whole, self.offset, self.shape, self.strides, self.dtype)
         finally:
             whole.close()
+        if self._ticket is not None:
+            self._ticket.release()  # mapped: the sender need not hold its memory for this copy
+        return view
 
     def open_torch(self, device: Optional[int] = None):
         """open() as a tensor (needs torch)."""
@@ -441,7 +496,10 @@ class MappedHandle:
         return _open_torch(self, device)
 
     def close(self) -> None:
-        """Sender side: lets the retained physical memory (and whatever else the handle kept) go."""
+        """Sender side: lets the retained physical memory (and whatever else the handle kept) go.
+        A received copy: gives the sender's hold back unopened."""
+        if self._ticket is not None:
+            self._ticket.release()
         for obj in self._keep:
             if isinstance(obj, PhysicalMemory):
                 obj.close()
@@ -449,6 +507,18 @@ class MappedHandle:
 
     def __repr__(self) -> str:
         return f"<ascend_ipc.MappedHandle {len(self.chunks)} chunk(s) offset={self.offset} shape={self.shape}>"
+
+
+def _rebuild_mapped(chunks: Sequence[tuple], offset: int, shape: Tuple[int, ...], strides: Tuple[int, ...],
+                    dtype: str, torch_dtype: Optional[str], hold: Optional[Tuple[bytes, bytes]]) -> MappedHandle:
+    """Unpickling of a MappedHandle (chunks as ShareableHandle._plain() values): the copy
+    carries the sender's hold (or None)."""
+    from . import _handoff
+
+    ticket = _handoff.Ticket(hold)  # first: a hold of the wrong shape is refused
+    h = MappedHandle([ShareableHandle(*c) for c in chunks], offset, shape, strides, dtype, torch_dtype)
+    h._ticket = ticket
+    return h
 
 
 def _extent(shape: Tuple[int, ...], strides: Tuple[int, ...], dtype: str) -> Tuple[int, int]:

@@ -293,7 +293,13 @@ static PyObject *event_close(PyObject *op, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
-static PyObject *event_reduce(PyObject *op, PyObject *unused) {
+/* Pickling. A copy pickled by the process that created the event holds the
+ * Event there (put and drop), as an exporter's IpcHandle holds its memory:
+ * one_receiver (multiprocessing's ForkingPickler) until that copy is
+ * unpickled, which opens it; else (plain pickle, many receivers) until the
+ * hold's deadline. An opened event's copy holds nothing here: the creator's
+ * event is not this process's to keep. */
+PyObject *aipc_py_event_reduce(PyObject *op, int one_receiver) {
   if (!SELF->ipc) {
     PyErr_SetString(PyExc_TypeError,
                     "only an Event(ipc=True) can be pickled: other events exist in one process only");
@@ -303,10 +309,44 @@ static PyObject *event_reduce(PyObject *op, PyObject *unused) {
     PyErr_SetString(PyExc_ValueError, "Event is closed");
     return NULL;
   }
-  PyObject *from_handle = PyObject_GetAttrString((PyObject *)Py_TYPE(op), "from_handle");
-  if (from_handle == NULL) return NULL;
-  PyObject *r = Py_BuildValue("(N(y#))", from_handle, SELF->ipc_handle.reserved, (Py_ssize_t)sizeof SELF->ipc_handle);
-  return r;
+  PyObject *hold = Py_NewRef(Py_None), *result = NULL;
+  if (!SELF->opened && SELF->pid == aipc_py_pid()) {
+    PyObject *fn = aipc_py_callback(aipc_py_state_of(Py_TYPE(op))->hold, "hold");
+    Py_SETREF(hold, fn != NULL ? PyObject_CallFunctionObjArgs(fn, op, one_receiver ? Py_True : Py_False, NULL) : NULL);
+    if (hold == NULL) return NULL;
+  }
+  if (hold == Py_None) {
+    /* Nothing to give back: the plain form, which older versions read too. */
+    PyObject *from_handle = PyObject_GetAttrString((PyObject *)Py_TYPE(op), "from_handle");
+    if (from_handle != NULL)
+      result = Py_BuildValue("(N(y#))", from_handle, SELF->ipc_handle.reserved, (Py_ssize_t)sizeof SELF->ipc_handle);
+  } else {
+    PyObject *rebuild = PyObject_GetAttrString(PyType_GetModule(Py_TYPE(op)), "_rebuild_event");
+    if (rebuild != NULL)
+      result = Py_BuildValue("(N(y#O))", rebuild, SELF->ipc_handle.reserved, (Py_ssize_t)sizeof SELF->ipc_handle,
+                             hold);
+  }
+  Py_DECREF(hold);
+  return result;
+}
+
+static PyObject *event_reduce(PyObject *op, PyObject *unused) { return aipc_py_event_reduce(op, 0); }
+
+/* _rebuild_event(handle, hold): unpickling of a copy that carries the
+ * creator's hold: opens the event (Event.from_handle), then gives the hold
+ * back, whether the open worked or not (the copy is used up either way). */
+PyObject *aipc_py_event_rebuild(PyObject *module, PyObject *args) {
+  aipc_py_state *st = aipc_py_state_of_module(module);
+  PyObject *handle, *hold;
+  if (!PyArg_ParseTuple(args, "OO:_rebuild_event", &handle, &hold)) return NULL;
+  if (aipc_py_check_hold(hold, "_rebuild_event") < 0) return NULL;
+  PyObject *call_args = PyTuple_Pack(1, handle);
+  if (call_args == NULL) return NULL;
+  PyObject *ev = event_from_handle((PyObject *)st->event_type, call_args, NULL);
+  Py_DECREF(call_args);
+  Py_INCREF(hold);
+  aipc_py_release_hold(st, &hold);
+  return ev;
 }
 
 static PyObject *event_enter(PyObject *op, PyObject *unused) { return Py_NewRef(op); }

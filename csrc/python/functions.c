@@ -668,9 +668,14 @@ PyMethodDef aipc_py_module_functions[] = {
      "keepalive: an object the returned handle keeps alive until it is closed or\n"
      "collected (e.g. the owner of wrap()ped memory)."},
     {"_reduce_for_one", aipc_py_handle_reduce_for_one, METH_O,
-     "_reduce_for_one($module, handle, /)\n--\n\n"
-     "IpcHandle pickling for a channel with one receiver per copy (multiprocessing's\n"
-     "ForkingPickler: queues and pipes): the sender's hold ends when that copy is opened."},
+     "_reduce_for_one($module, obj, /)\n--\n\n"
+     "IpcHandle and Event pickling for a channel with one receiver per copy\n"
+     "(multiprocessing's ForkingPickler: queues and pipes): the sender's hold ends when\n"
+     "that copy is opened (an event's: unpickled)."},
+    {"_rebuild_event", aipc_py_event_rebuild, METH_VARARGS,
+     "_rebuild_event($module, handle, hold, /)\n--\n\n"
+     "Unpickling of an IPC event that carries its creator's hold ((address, token), or\n"
+     "None): Event.from_handle(handle), then the hold is given back."},
     {"_rebuild_handle", aipc_py_handle_rebuild, METH_VARARGS,
      "_rebuild_handle($module, args, hold, /)\n--\n\n"
      "Unpickling of an IpcHandle: IpcHandle(*args), carrying the sender's hold on the\n"
@@ -695,7 +700,7 @@ PyMethodDef aipc_py_module_functions[] = {
      "_register_callbacks($module, /, *, hold, release, open_torch)\n--\n\n"
      "What the extension calls back into the package with (ascend_ipc/__init__.py hands\n"
      "them over once; the extension never imports the package): put and drop's\n"
-     "hold(handle, one_receiver) and release(address, token), and\n"
+     "hold(obj, one_receiver) (an IpcHandle or an Event) and release(address, token), and\n"
      "open_torch(handle, *args, **kwargs) behind IpcHandle.open_torch()."},
     {"_refuse", fn_refuse, METH_VARARGS,
      "_refuse($module, code, call, message, /)\n--\n\n"

@@ -217,19 +217,7 @@ void aipc_py_close_key(const aipc_provider *p, aipc_py_failure *f, int32_t devic
 /* ---- put and drop (ascend_ipc/_handoff.py, through the registered callbacks) ---- */
 
 /* Gives the sender its hold back (once); never raises, keeps any pending exception. */
-static void release_hold(aipc_py_handle *h) {
-  if (h->hold == NULL) return;
-  PyObject *hold = h->hold;
-  h->hold = NULL;
-  PyObject *exc_type, *exc_value, *exc_tb;
-  PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-  PyObject *release = aipc_py_callback(aipc_py_state_of(Py_TYPE(h))->release, "release");
-  PyObject *r = release != NULL ? PyObject_Call(release, hold, NULL) : NULL;
-  if (r == NULL) PyErr_WriteUnraisable(hold);
-  Py_XDECREF(r);
-  Py_DECREF(hold);
-  PyErr_Restore(exc_type, exc_value, exc_tb);
-}
+static void release_hold(aipc_py_handle *h) { aipc_py_release_hold(aipc_py_state_of(Py_TYPE(h)), &h->hold); }
 
 /* ---- methods -------------------------------------------------------------- */
 
@@ -517,23 +505,19 @@ static PyObject *reduce_impl(PyObject *op, int one_receiver) {
 
 static PyObject *handle_reduce(PyObject *op, PyObject *unused) { return reduce_impl(op, 0); }
 
-PyObject *aipc_py_handle_reduce_for_one(PyObject *module, PyObject *handle) {
+PyObject *aipc_py_handle_reduce_for_one(PyObject *module, PyObject *obj) {
   aipc_py_state *st = aipc_py_state_of_module(module);
-  if (Py_TYPE(handle) != st->handle_type) {
-    PyErr_Format(PyExc_TypeError, "_reduce_for_one() needs an IpcHandle, not %.100s", Py_TYPE(handle)->tp_name);
-    return NULL;
-  }
-  return reduce_impl(handle, 1);
+  if (Py_TYPE(obj) == st->handle_type) return reduce_impl(obj, 1);
+  if (Py_TYPE(obj) == st->event_type) return aipc_py_event_reduce(obj, 1);
+  PyErr_Format(PyExc_TypeError, "_reduce_for_one() needs an IpcHandle or an Event, not %.100s", Py_TYPE(obj)->tp_name);
+  return NULL;
 }
 
 PyObject *aipc_py_handle_rebuild(PyObject *module, PyObject *args) {
   aipc_py_state *st = aipc_py_state_of_module(module);
   PyObject *ctor_args, *hold;
   if (!PyArg_ParseTuple(args, "O!O:_rebuild_handle", &PyTuple_Type, &ctor_args, &hold)) return NULL;
-  if (hold != Py_None && (!PyTuple_Check(hold) || PyTuple_GET_SIZE(hold) != 2)) {
-    PyErr_SetString(PyExc_TypeError, "_rebuild_handle: hold must be None or an (address, token) pair");
-    return NULL;
-  }
+  if (aipc_py_check_hold(hold, "_rebuild_handle") < 0) return NULL;
   PyObject *h = handle_new(st->handle_type, ctor_args, NULL);
   if (h != NULL && hold != Py_None) ((aipc_py_handle *)h)->hold = Py_NewRef(hold);
   return h;

@@ -46,8 +46,9 @@ int aipc_py_handle_init_type(PyObject *module, aipc_py_state *st);
 
 /* _rebuild_handle(args, hold): unpickling (see reduce_impl). */
 PyObject *aipc_py_handle_rebuild(PyObject *module, PyObject *args);
-/* _reduce_for_one(handle): pickling for one receiver (multiprocessing's ForkingPickler). */
-PyObject *aipc_py_handle_reduce_for_one(PyObject *module, PyObject *handle);
+/* _reduce_for_one(obj): pickling of an IpcHandle or an Event for one receiver
+ * (multiprocessing's ForkingPickler). */
+PyObject *aipc_py_handle_reduce_for_one(PyObject *module, PyObject *obj);
 
 /*
  * A handle with every field set; takes new references to dtype, torch_dtype

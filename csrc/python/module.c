@@ -79,6 +79,30 @@ PyObject *aipc_py_callback(PyObject *fn, const char *name) {
   return fn;
 }
 
+int aipc_py_check_hold(PyObject *hold, const char *who) {
+  if (hold != Py_None && (!PyTuple_CheckExact(hold) || PyTuple_GET_SIZE(hold) != 2)) {
+    PyErr_Format(PyExc_TypeError, "%s: hold must be None or an (address, token) pair", who);
+    return -1;
+  }
+  return 0;
+}
+
+void aipc_py_release_hold(aipc_py_state *st, PyObject **slot) {
+  PyObject *hold = *slot;
+  if (hold == NULL) return;
+  *slot = NULL;
+  if (hold != Py_None) {
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    PyObject *release = aipc_py_callback(st->release, "release");
+    PyObject *r = release != NULL ? PyObject_Call(release, hold, NULL) : NULL;
+    if (r == NULL) PyErr_WriteUnraisable(hold);
+    Py_XDECREF(r);
+    PyErr_Restore(exc_type, exc_value, exc_tb);
+  }
+  Py_DECREF(hold);
+}
+
 static void module_free(void *module) {
   (void)module_clear((PyObject *)module);
   aipc_py_registry_free(&aipc_py_state_of_module((PyObject *)module)->registry);

@@ -57,8 +57,9 @@ typedef struct aipc_py_state {
   /* What the extension calls back into the package with, handed over by
    * ascend_ipc/__init__.py through _register_callbacks() (the extension
    * never imports the package); NULL until then:
-   *   hold(handle, one_receiver) -> (address, token) or None: put and drop
-   *     keeps an exporter's handle alive for a pickled copy;
+   *   hold(obj, one_receiver) -> (address, token) or None: put and drop
+   *     keeps an exporter's handle (or a creator's IPC Event) alive for a
+   *     pickled copy;
    *   release(address, token): a copy was opened or dropped;
    *   open_torch(handle, *args, **kwargs): IpcHandle.open_torch(). */
   PyObject *hold;
@@ -83,6 +84,14 @@ static inline aipc_py_state *aipc_py_state_of_module(PyObject *module) {
 /* The callback registered as name (one of the state's callbacks above), a
  * borrowed reference; NULL with RuntimeError set when none is. */
 PyObject *aipc_py_callback(PyObject *fn, const char *name);
+
+/* Put and drop, for every kind the extension pickles (IpcHandle, Event):
+ * the hold a copy carries is None or an (address, token) pair; anything else
+ * in a pickle is refused with TypeError naming who (0 or -1). */
+int aipc_py_check_hold(PyObject *hold, const char *who);
+/* Gives the sender the hold in *slot back, once (*slot is cleared; NULL or
+ * None: nothing to give); never raises, keeps any pending exception. */
+void aipc_py_release_hold(aipc_py_state *st, PyObject **slot);
 
 /* ---- failures of runtime calls (errors.c) -------------------------------
  *

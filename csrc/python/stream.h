@@ -57,6 +57,10 @@ int aipc_py_event_usable(aipc_py_event *ev);
 PyObject *aipc_py_event_create(aipc_py_state *st, int ipc, int timing, int32_t device);
 /* Records ev on stream_obj (None: the default stream). 0 or -1. */
 int aipc_py_event_record(aipc_py_state *st, aipc_py_event *ev, PyObject *stream_obj);
+/* Pickling of an IPC event (Event.__reduce__, and _reduce_for_one() for
+ * one receiver); _rebuild_event(handle, hold): its unpickling. */
+PyObject *aipc_py_event_reduce(PyObject *op, int one_receiver);
+PyObject *aipc_py_event_rebuild(PyObject *module, PyObject *args);
 /* Opens an IPC event handle and waits (GIL released, interruptible) until
  * the record it saw last has run, then destroys the opened event. 0 or -1. */
 int aipc_py_event_wait_handle(aipc_py_state *st, const aclrtIpcEventHandle *h, int32_t device);
