@@ -148,12 +148,12 @@ def read_in_child(kind, get):
 
     p = ctx.Process(target=child)
     p.start()
+    there.close()  # the child's now: a child that dies unanswered is an EOF here, not a hang
     try:
         return here.recv()
     finally:
         p.join(60)
         here.close()
-        there.close()
 
 
 def receive_queue(q, ctl, out):

@@ -503,6 +503,7 @@ def test_physical_memory_sharing_through_the_cann_provider(python, emu_lib):
         here, there = ctx.Pipe()
         p = ctx.Process(target=child, args=(there,))
         p.start()
+        there.close()
         got = here.recv()
         p.join(30)
         print(json.dumps({"seen": got, "exit": p.exitcode, "kind": list(arr.__dlpack_device__())}))

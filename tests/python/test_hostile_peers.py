@@ -41,6 +41,7 @@ def _in_child(target, *args):
     here, there = ctx.Pipe()
     p = ctx.Process(target=target, args=(there,) + args)
     p.start()
+    there.close()  # the child's end is the child's: a child that dies unanswered is an EOF here, not a hang
     try:
         return here.recv()
     finally:
