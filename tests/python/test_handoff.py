@@ -188,9 +188,11 @@ def test_a_sooner_deadline_wakes_the_holder(monkeypatch):
     # the thread sleeps until the 30 s deadline now, nothing sooner
     assert _settle(lambda: 20 < _handoff._state.sleeps_until - time.monotonic() < 31, 10)
     monkeypatch.setenv("ASCEND_IPC_SEND_TIMEOUT_S", "0.5")
+    t0 = time.monotonic()
     short_blob = pickle.dumps(aipc.export(aipc.from_numpy(np.ones(8))))
     gc.collect()
-    assert _handoff.held() == 2
+    # both held, unless this process was slower than the short deadline itself (ASan, load)
+    assert _handoff.held() == 2 or time.monotonic() - t0 >= 0.5, _handoff.held()
     # the short hold ends while the long one is still held: were the holder to sleep on to
     # the 30 s deadline, both would end together and held() would go from 2 to 0 (the wait
     # gives up before that: 25 s, far beyond the 0.5 s deadline on any machine)
