@@ -467,11 +467,12 @@ def test_own_import_keeps_the_exported_memory(recwarn):
 
 STRICT_SCRIPT = textwrap.dedent(
     """
-    import gc, multiprocessing, sys, warnings
+    import gc, multiprocessing, sys, time, warnings
     import numpy as np
     sys.path.insert(0, {tests!r})
     import aipc_workers as W
     import ascend_ipc as aipc
+    from ascend_ipc import _handoff
 
     if __name__ == "__main__":
         w = W.Worker(multiprocessing.get_context("spawn"))
@@ -492,6 +493,11 @@ STRICT_SCRIPT = textwrap.dedent(
             a = aipc.from_numpy(np.arange(4))
             h = aipc.export(a)
             w.call(W.open_and_keep, "y", h)
+            # the worker's release of the hand-off comes by itself, a little after its open:
+            # until then the hand-off keeps h alive, and dropping h here would drop nothing
+            deadline = time.monotonic() + 60
+            while _handoff.held() and time.monotonic() < deadline:
+                time.sleep(0.01)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 del a, h
