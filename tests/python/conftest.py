@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
 import traceback
 
 import pytest
@@ -146,6 +147,17 @@ def run_command(argv, env=None, timeout: float = 60, preexec_fn=None, merge_stde
         except ProcessLookupError:
             pass
     return proc.returncode, out, err
+
+
+def settle(pred, timeout: float = 30.0):
+    """Waits until pred() holds (for what comes by itself: a release datagram, a thread's
+    turn), up to timeout seconds; returns pred()'s last value for the caller to assert."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(0.01)
 
 
 def run_python(code: str, env=None, timeout: float = 60):

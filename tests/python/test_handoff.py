@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import settle
 
 import ascend_ipc as aipc
 from ascend_ipc import _handoff
@@ -30,13 +31,7 @@ def _only_this_tests_holds():
 
 
 def _settle(pred, timeout=10.0):
-    """Waits until pred() (the release datagram is asynchronous); returns its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v or time.monotonic() > deadline:
-            return v
-        time.sleep(0.01)
+    return settle(pred, timeout)
 
 
 def _live():

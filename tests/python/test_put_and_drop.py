@@ -13,6 +13,7 @@ import time
 from multiprocessing.reduction import ForkingPickler
 
 import pytest
+from conftest import settle
 
 import ascend_ipc as aipc
 import handoff_kinds as K
@@ -35,13 +36,7 @@ def _needs(kind):
 
 
 def _settle(pred, timeout=30.0):
-    """Waits until pred() (releases are asynchronous); returns its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v or time.monotonic() > deadline:
-            return v
-        time.sleep(0.01)
+    return settle(pred, timeout)
 
 
 class _Receiver:
