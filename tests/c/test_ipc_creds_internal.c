@@ -249,11 +249,12 @@ static void flood_then_work(const flood_arg *fa) {
   timeout_never(); /* the whitelisted importer is served during the flood, however slowly */
   char key[KEYLEN];
   void *p0 = export_new(PAGE, EXPORT_ANY, key); /* the server runs: its descriptors are open */
-  /* A budget the flood would exhaust if the exporter kept every connection. */
+  /* A budget the flood would exhaust if the exporter kept every connection:
+   * each kept one costs two descriptors (its socket and its opener's pidfd). */
   if (under_valgrind())
     printf("  (no descriptor budget under valgrind: it keeps descriptors of its own under RLIMIT_NOFILE)\n");
   else
-    fd_budget(64 + 40);
+    fd_budget(2 * fa->keep + 40);
   chan fc;
   chan_open(&fc);
   int fpid = chan_spawn(&fc, flooder, (void *)fa);
