@@ -8,8 +8,9 @@
  *   emu/runtime.c        the emulator's table
  *   cann/cann_provider.c the dlsym table and the "missing symbol" stubs
  *
- * Adding a call: one line here (and its declaration in the public header,
- * which is CANN's ABI), and aipc__emu_<field> in the emulator.
+ * Adding a call: one line here, in the list of its part (and its declaration
+ * in the public header, which is CANN's ABI), and aipc__emu_<field> in the
+ * emulator. AIPC_CALLS is every part's list in one.
  *
  * X(ret, symbol, field, params, args, since, need)
  *   ret     return type, one token: aclError, or aipc_cstr (const char *)
@@ -30,7 +31,7 @@
 /* Return types are single tokens so that a macro can paste them. */
 typedef const char *aipc_cstr;
 
-#define AIPC_CALLS(X)                                                                                          \
+#define AIPC_CALLS_CORE(X)                                                                                          \
   X(aipc_cstr, aclGetRecentErrMsg, get_recent_err_msg, (void), (), NULL, OPTIONAL)                             \
   X(aclError, aclInit, init, (const char *configPath), (configPath), NULL, REQUIRED)                            \
   X(aclError, aclFinalize, finalize, (void), (), NULL, OPTIONAL)                                               \
@@ -165,6 +166,19 @@ typedef const char *aipc_cstr;
   X(aclError, aclrtMemImportFromShareableHandleV2, mem_import_from_shareable_handle_v2,                        \
     (void *shareableHandle, aclrtMemSharedHandleType shareType, uint64_t flags, aclrtDrvMemHandle *handle),    \
     (shareableHandle, shareType, flags, handle), NULL, OPTIONAL)
+
+
+/* The runtime around IPC that CANN programs call beside it, one list per part
+ * (each defined empty until its part has calls). */
+#define AIPC_CALLS_CONTEXT(X) /* contexts, devices, versions, last error */
+
+#define AIPC_CALLS_STREAM(X) /* stream configuration, failure modes, event and value tasks */
+
+#define AIPC_CALLS_TASK(X) /* callbacks, host functions, exceptions, kernels */
+
+#define AIPC_CALLS_MODEL(X) /* managed and registered host memory, allocators, labels, model runtime instances */
+
+#define AIPC_CALLS(X) AIPC_CALLS_CORE(X) AIPC_CALLS_CONTEXT(X) AIPC_CALLS_STREAM(X) AIPC_CALLS_TASK(X) AIPC_CALLS_MODEL(X)
 
 /* AIPC_CALL_<field>: each call's place in the list; AIPC_CALL_NAME(field) its
  * CANN name (core/calls.c), for messages that name the call they report on. */

@@ -418,6 +418,18 @@ ACL_FUNC_VISIBILITY aclError aclrtMemImportFromShareableHandleV2(void *shareable
                                                                  aclrtMemSharedHandleType shareType,
                                                                  uint64_t flags, aclrtDrvMemHandle *handle);
 
+/* ==== Contexts, devices, versions, the last error ========================= */
+
+
+/* ==== Stream configuration, failure modes, event and value tasks ========== */
+
+
+/* ==== Callbacks, host functions, exceptions, kernels ====================== */
+
+
+/* ==== Managed and registered host memory, labels, model runtime instances = */
+
+
 #ifdef __cplusplus
 }
 #endif
