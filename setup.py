@@ -70,7 +70,7 @@ extension = Extension(
     include_dirs=["csrc/include", "csrc", "csrc/python", numpy.get_include()],
     extra_compile_args=_compile_args,
     extra_link_args=_link_args,
-    libraries=["dl"],  # dlopen of libascendcl.so (part of libc from glibc 2.34 on)
+    libraries=["dl", "m"],  # dlopen of libascendcl.so (part of libc from glibc 2.34 on); libm for random numbers
     language="c",
 )
 

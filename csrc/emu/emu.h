@@ -155,13 +155,20 @@ bool aipc__mem_pinned_freed(const aipc__block *b, int *memfd);
  * a flag that turns true when the stream is destroyed by force: a task that
  * blocks checks it at least every AIPC_TASK_POLL_MS. It returns
  * ACL_SUCCESS, or an error recorded with aipc__fail, which the stream keeps
- * for aclrtSynchronizeStream.
+ * for aclrtSynchronizeStream. The cancel flag also turns true for
+ * aclrtStreamAbort and aclrtStreamStop (then only while that task runs).
+ *
+ * drop (optional, NULL for most) is called before free for a task the
+ * stream will never run (abort, ACL_STOP_ON_FAILURE, destroy by force),
+ * with the reason: a task others wait on (an event record) completes them
+ * with it instead of leaving them waiting.
  */
 typedef struct aipc__task aipc__task;
 struct aipc__task {
   aipc__task *next; /* stream.c's */
   aclError (*run)(aipc__task *t, aclError failed, const _Atomic(bool) *cancel);
   void (*free)(aipc__task *t);
+  void (*drop)(aipc__task *t, aclError why);
 };
 #define AIPC_TASK_POLL_MS 50
 
@@ -170,6 +177,10 @@ struct aipc__task {
 aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t);
 /* The device stream h was created on (NULL: the calling thread's current device). */
 aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device);
+/* Runs every registered stream state callback (aclrtRegStreamStateCallback)
+ * for stream h on the runtime's callback thread, and returns when they have
+ * run (at once when called from a callback). Called with no lock held. */
+void aipc__stream_state_notify(aclrtStream h, aclrtStreamState state);
 
 /* ---- vmm.c: reservations, physical allocations, their mappings ----------- */
 

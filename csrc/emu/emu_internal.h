@@ -31,6 +31,14 @@ aclError aipc__mem_copy(const char *call, void *dst, size_t destMax, const void 
  * only). Both take the lock. */
 aclError aipc__mem_memset_check(const char *call, void *devPtr, size_t count);
 aclError aipc__mem_memset(const char *call, void *devPtr, int value, size_t count);
+/* Checks that [a, a+na) and (b non-NULL) [b, b+nb) each lie in one block
+ * of device memory (local or imported), and runs fn(arg) (unless NULL)
+ * under the shared lock, so that no free or close unmaps them meanwhile:
+ * for stream tasks that compute on device memory (value writes and waits,
+ * reductions, random numbers). fn must not block or call the runtime. The
+ * messages name the range "devPtr". Takes the lock. */
+aclError aipc__mem_run_on_device(const char *call, void *a, size_t na, const void *b, size_t nb,
+                                 void (*fn)(void *arg), void *arg);
 /* Name of a memcpy kind ("ACL_MEMCPY_HOST_TO_DEVICE"), or "unknown kind". */
 const char *aipc__memcpy_kind_name(int kind);
 
@@ -41,6 +49,12 @@ void aipc__stream_finalize(void);
 void aipc__stream_reset_device(int32_t device);
 void aipc__stream_atfork_prepare(void);
 void aipc__stream_atfork_parent(void);
+
+/* stream_state.c: stream state callbacks (a leaf lock, taken first at fork). */
+void aipc__stream_state_finalize(void);
+void aipc__stream_state_atfork_prepare(void);
+void aipc__stream_state_atfork_parent(void);
+void aipc__stream_state_atfork_child(void);
 
 /* event.c, notify.c: aclFinalize (after the streams drained, before the
  * IPC layer) and fork (lock order: event, notify -> IPC layer -> memory).

@@ -300,6 +300,13 @@ static void free_record(aipc__task *t) {
   free(t);
 }
 
+/* Never to run (abort, stop on failure, destroy by force): the record's
+ * waiters are released with why instead of waiting for ever. */
+static void drop_record(aipc__task *t, aclError why) {
+  record_task *r = (record_task *)t;
+  complete(r->e->c, r->seq, why);
+}
+
 /* Refusals shared by the calls that queue work or wait on the host. */
 static aclError usable(const char *call, const event *e) {
   if (e->flags & ACL_EVENT_DEVICE_USE_ONLY)
@@ -313,8 +320,7 @@ static aclError usable(const char *call, const event *e) {
   return ACL_SUCCESS;
 }
 
-aclError aipc__emu_record_event(aclrtEvent h, aclrtStream stream) {
-  const char *call = AIPC_CALL_NAME(record_event);
+static aclError record(const char *call, aclrtEvent h, aclrtStream stream) {
   event *e = NULL;
   aclError rc = get(call, "event", h, &e);
   if (rc) return rc;
@@ -338,11 +344,89 @@ aclError aipc__emu_record_event(aclrtEvent h, aclrtStream stream) {
     atomic_store(&e->c->recorder_pid, (int32_t)getpid());
   }
   aipc__handle_ref(&e->h);
-  *r = (record_task){{NULL, run_record, free_record}, e, atomic_fetch_add(&e->c->recorded, 1) + 1};
+  *r = (record_task){{NULL, run_record, free_record, drop_record}, e, atomic_fetch_add(&e->c->recorded, 1) + 1};
   rc = aipc__stream_submit(call, stream, &r->t);
   if (rc) { /* the sequence number is spent: complete it so no wait hangs on it */
     complete(e->c, r->seq, ACL_SUCCESS);
   }
+out:
+  put(e);
+  return rc;
+}
+
+aclError aipc__emu_record_event(aclrtEvent h, aclrtStream stream) {
+  return record(AIPC_CALL_NAME(record_event), h, stream);
+}
+
+aclError aipc__emu_record_event_with_flag(aclrtEvent h, aclrtStream stream, uint32_t flag) {
+  const char *call = AIPC_CALL_NAME(record_event_with_flag);
+  if (flag == ACL_EVENT_RECORD_EXTERNAL)
+    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                      "%s: ACL_EVENT_RECORD_EXTERNAL is for streams being captured into a graph; the emulator has no "
+                      "graph capture",
+                      call);
+  if (flag != ACL_EVENT_RECORD_DEFAULT)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                      "%s: flag 0x%x is neither ACL_EVENT_RECORD_DEFAULT (0) nor ACL_EVENT_RECORD_EXTERNAL (1)", call,
+                      flag);
+  return record(call, h, stream);
+}
+
+/* ---- reset ------------------------------------------------------------------------------ */
+
+typedef struct reset_task {
+  aipc__task t;
+  event *e;
+  uint64_t floor; /* the latest record queued before the reset */
+} reset_task;
+
+/* Back to "not recorded" for the waits: the latest record queued before the
+ * reset, and every earlier one, count as not run, so a wait for them
+ * blocks until a newer record runs (CANN's warning: a wait queued after a
+ * reset on another stream does not succeed). A newer record that already
+ * ran stays. */
+static aclError run_reset(aipc__task *t, aclError failed, const atomic_bool *cancel) {
+  (void)failed;
+  (void)cancel;
+  reset_task *r = (reset_task *)t;
+  cell *c = r->e->c;
+  uint64_t cur = atomic_load(&c->completed);
+  while (cur <= r->floor && r->floor > 0 && !atomic_compare_exchange_weak(&c->completed, &cur, r->floor - 1)) {
+  }
+  atomic_store(&c->status, ACL_SUCCESS);
+  return ACL_SUCCESS;
+}
+
+static void free_reset(aipc__task *t) {
+  put(((reset_task *)t)->e);
+  free(t);
+}
+
+aclError aipc__emu_reset_event(aclrtEvent h, aclrtStream stream) {
+  const char *call = AIPC_CALL_NAME(reset_event);
+  event *e = NULL;
+  aclError rc = get(call, "event", h, &e);
+  if (rc) return rc;
+  int32_t dev;
+  if ((rc = usable(call, e)) || (rc = aipc__stream_device(call, stream, &dev))) goto out;
+  if (is_ipc(e) || !(e->flags & ACL_EVENT_SYNC)) {
+    rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                    "%s: only events created with ACL_EVENT_SYNC can be reset (flags 0x%x)", call, e->flags);
+    goto out;
+  }
+  if (dev != e->device) {
+    rc = aipc__fail(ACL_ERROR_RT_STREAM_CONTEXT, "%s: the event belongs to device %d and the stream to device %d",
+                    call, (int)e->device, (int)dev);
+    goto out;
+  }
+  reset_task *r = malloc(sizeof *r);
+  if (!r) {
+    rc = aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+    goto out;
+  }
+  aipc__handle_ref(&e->h);
+  *r = (reset_task){{NULL, run_reset, free_reset, NULL}, e, atomic_load(&e->c->recorded)};
+  rc = aipc__stream_submit(call, stream, &r->t);
 out:
   put(e);
   return rc;
@@ -456,7 +540,7 @@ static aclError stream_wait(const char *call, aclrtStream stream, aclrtEvent h, 
     goto out;
   }
   aipc__handle_ref(&e->h);
-  *w = (wait_task){{NULL, run_wait, free_wait}, e, target, timeout_s};
+  *w = (wait_task){{NULL, run_wait, free_wait, NULL}, e, target, timeout_s};
   rc = aipc__stream_submit(call, stream, &w->t);
 out:
   put(e);
@@ -465,6 +549,22 @@ out:
 
 aclError aipc__emu_stream_wait_event(aclrtStream stream, aclrtEvent ev) {
   return stream_wait(AIPC_CALL_NAME(stream_wait_event), stream, ev, 0);
+}
+
+aclError aipc__emu_stream_wait_event_with_flag(aclrtStream stream, aclrtEvent ev, uint32_t timeout, uint32_t flag) {
+  const char *call = AIPC_CALL_NAME(stream_wait_event_with_flag);
+  if (flag == ACL_EVENT_WAIT_EXTERNAL)
+    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                      "%s: ACL_EVENT_WAIT_EXTERNAL is for streams being captured into a graph; the emulator has no "
+                      "graph capture",
+                      call);
+  if (flag != ACL_EVENT_WAIT_DEFAULT)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                      "%s: flag 0x%x is neither ACL_EVENT_WAIT_DEFAULT (0) nor ACL_EVENT_WAIT_EXTERNAL (1)", call, flag);
+  if (timeout > INT32_MAX)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: timeout %u s is out of range (0: no limit, up to %d)", call,
+                      timeout, INT32_MAX);
+  return stream_wait(call, stream, ev, (int32_t)timeout);
 }
 
 aclError aipc__emu_stream_wait_event_with_timeout(aclrtStream stream, aclrtEvent ev, int32_t timeout) {
@@ -491,6 +591,19 @@ static aclError stamp(const char *call, const char *what, event *e, uint64_t *ns
                       "%s: %s has not completed yet (synchronize it or its stream first)", call, what);
   *ns = atomic_load(&e->c->stamp_ns);
   return ACL_SUCCESS;
+}
+
+aclError aipc__emu_event_get_timestamp(aclrtEvent h, uint64_t *timestamp) {
+  const char *call = AIPC_CALL_NAME(event_get_timestamp);
+  if (!timestamp) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: timestamp is NULL", call);
+  event *e = NULL;
+  aclError rc = get(call, "event", h, &e);
+  if (rc) return rc;
+  uint64_t ns;
+  if ((rc = stamp(call, "event", e, &ns)) == ACL_SUCCESS)
+    *timestamp = ns / 1000; /* CANN: microseconds since the device started; here CLOCK_MONOTONIC (since boot) */
+  put(e);
+  return rc;
 }
 
 aclError aipc__emu_event_elapsed_time(float *ms, aclrtEvent start, aclrtEvent end) {

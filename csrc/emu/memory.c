@@ -877,6 +877,16 @@ aclError aipc__mem_memset(const char *call, void *devPtr, int value, size_t coun
   return rc;
 }
 
+aclError aipc__mem_run_on_device(const char *call, void *a, size_t na, const void *b, size_t nb,
+                                 void (*fn)(void *arg), void *arg) {
+  aipc__mem_rdlock();
+  aclError rc = memset_check(call, a, na);
+  if (rc == ACL_SUCCESS && b) rc = memset_check(call, (void *)b, nb);
+  if (rc == ACL_SUCCESS && fn) fn(arg);
+  aipc__mem_unlock();
+  return rc;
+}
+
 aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
   const char *call = AIPC_CALL_NAME(memset);
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);

@@ -187,7 +187,7 @@ static aclError submit(const char *call, notify *n, aclrtStream stream, bool wai
   notify_task *t = malloc(sizeof *t);
   if (!t) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
   aipc__handle_ref(&n->h);
-  *t = (notify_task){{NULL, wait ? run_wait : run_record, free_task}, n, timeout_s};
+  *t = (notify_task){{NULL, wait ? run_wait : run_record, free_task, NULL}, n, timeout_s};
   return aipc__stream_submit(call, stream, &t->t);
 }
 

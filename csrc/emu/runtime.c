@@ -16,7 +16,7 @@
  *   core/  os/                      containers, errors, platform calls
  *
  * Lock order, outermost first, the same as the call order above:
- *   event -> notify -> vmm -> IPC layer (a connection's, then the importer's;
+ *   (stream state callbacks, a leaf held across nothing) event -> notify -> vmm -> IPC layer (a connection's, then the importer's;
  *   or the exporter's) -> streams -> memory
  * A module may hold its lock while calling a module to its right, never the
  * other way round; fork's prepare takes them in this order, the parent's and
@@ -28,6 +28,7 @@
 #include "emu_internal.h"
 
 static void atfork_prepare(void) {
+  aipc__stream_state_atfork_prepare();
   aipc__event_atfork_prepare();
   aipc__notify_atfork_prepare();
   aipc__vmm_atfork_prepare();
@@ -43,6 +44,7 @@ static void atfork_parent(void) {
   aipc__vmm_atfork_parent();
   aipc__notify_atfork_parent();
   aipc__event_atfork_parent();
+  aipc__stream_state_atfork_parent();
 }
 
 static void atfork_child(void) {
@@ -52,6 +54,7 @@ static void atfork_child(void) {
   aipc__vmm_atfork_child();
   aipc__event_atfork_child();
   aipc__notify_atfork_child();
+  aipc__stream_state_atfork_child();
 }
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -94,6 +97,7 @@ aclError aipc__emu_finalize(void) {
    * then what shares through the IPC layer, then the IPC layer (it unpins
    * and removes its blocks), then whatever memory is left. */
   aipc__stream_finalize();
+  aipc__stream_state_finalize();
   aipc__event_finalize();
   aipc__notify_finalize();
   aipc__vmm_finalize();

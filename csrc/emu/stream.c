@@ -5,10 +5,21 @@
  * so memory freed in between is an asynchronous error that
  * aclrtSynchronizeStream reports.
  *
- * After a task fails, the stream skips the copies and memsets queued behind
- * it until aclrtSynchronizeStream has reported the failure, and the events
- * it records complete with the failure: a consumer waiting on them learns
- * that the bytes it was waiting for were never written.
+ * Failure modes (aclrtSetStreamFailureMode). ACL_CONTINUE_ON_FAILURE, the
+ * default: the tasks behind a failed one run, as CANN documents; the failure
+ * is kept for aclrtSynchronizeStream, and the events recorded until it is
+ * reported complete with it, so a consumer waiting on them learns that the
+ * work before the record did not all succeed. ACL_STOP_ON_FAILURE: after a
+ * failure the stream runs nothing more: its queued tasks are dropped (a
+ * dropped record completes its event with the failure, so no waiter hangs),
+ * new work is refused with the failure's code, and every synchronize returns
+ * it, until the stream is destroyed (CANN's "abort state").
+ *
+ * aclrtStreamAbort interrupts the running task (a blocking one gives up) and
+ * drops the queued ones; its results and errors are discarded, and a
+ * synchronize that was waiting meanwhile returns ACL_ERROR_RT_STREAM_ABORT.
+ * aclrtStreamStop interrupts the running task only (it fails with
+ * ACL_ERROR_RT_STREAM_ABORT); the queued ones then run.
  *
  * Handles are checked against the registry of live streams (handles.c), so
  * a stale or made-up handle is an error, not a crash. Callers hold a
@@ -34,12 +45,28 @@ typedef struct stream {
   size_t pending; /* queued plus running */
   bool stop;
   bool started; /* the worker has run: see stream_new */
-  atomic_bool cancel; /* DestroyStreamForce / ResetDeviceForce: a blocked wait gives up */
+  atomic_bool cancel; /* the running task must give up: see `interrupt` */
   aclError err;       /* first asynchronous error since the last synchronize */
   char msg[512];
   pthread_t thread;
   int32_t device; /* current device of the thread that created it */
+  /* Configuration (aclrtCreateStreamWithConfig, V2); fixed at creation. */
+  uint32_t flags;
+  uint32_t priority;
+  int32_t id;
+  /* Under mu: */
+  uint64_t mode;        /* ACL_CONTINUE_ON_FAILURE or ACL_STOP_ON_FAILURE */
+  bool mode_set;        /* CANN: once per stream */
+  bool halted;          /* STOP_ON_FAILURE triggered: err and msg stay */
+  bool running;         /* the worker is inside a task's run */
+  int interrupt;        /* why cancel is set: INT_FORCE (for good), INT_ABORT, INT_STOP (that task only) */
+  uint64_t aborts;      /* aclrtStreamAbort calls so far: a synchronize spanning one fails */
 } stream;
+
+enum { INT_NONE, INT_FORCE, INT_ABORT, INT_STOP };
+/* Streams whose tasks the host may not queue: the device (or a model) runs them. */
+#define HOST_REFUSED_FLAGS (ACL_STREAM_PERSISTENT | ACL_STREAM_DEVICE_USE_ONLY | ACL_STREAM_CPU_SCHEDULE)
+static atomic_int g_next_id = 1; /* stream ids, per process; never reused */
 _Static_assert(offsetof(stream, h) == 0, "a stream's address is its registry head's");
 
 static void release(aipc__handle *h);
@@ -49,10 +76,17 @@ static const aipc__handle_ops g_ops = {"stream", release, forget, fork_hold};
 static aipc__handles g_streams = AIPC__HANDLES_INIT(&g_ops);
 static stream *g_default; /* the NULL stream, created lazily; under the registry lock */
 
-static void free_tasks(stream *s) {
+/* A task the stream will never run: its drop hook (a record completes its
+ * event with err), then its free. */
+static void drop_task(aipc__task *t, aclError err) {
+  if (t->drop) t->drop(t, err);
+  t->free(t);
+}
+
+static void free_tasks(stream *s, aclError err) {
   for (aipc__task *t = s->head, *next; t; t = next) {
     next = t->next;
-    t->free(t);
+    drop_task(t, err);
   }
   s->head = s->tail = NULL;
 }
@@ -69,7 +103,7 @@ static void forget_tasks(stream *s) {
 
 static void put(stream *s) {
   if (!aipc__handle_unref(&s->h)) return;
-  free_tasks(s);
+  free_tasks(s, ACL_ERROR_RT_STREAM_ABORT);
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->idle);
   pthread_mutex_destroy(&s->mu);
@@ -87,23 +121,49 @@ static void *worker(void *arg) {
     if (!t) break;
     s->head = t->next;
     if (!s->head) s->tail = NULL;
+    if (s->halted) { /* stopped on failure: nothing more runs */
+      aclError err = s->err;
+      pthread_mutex_unlock(&s->mu);
+      drop_task(t, err);
+      pthread_mutex_lock(&s->mu);
+      if (--s->pending == 0) pthread_cond_broadcast(&s->idle);
+      continue;
+    }
     aclError failed = s->err;
+    s->running = true;
     pthread_mutex_unlock(&s->mu);
     aclError rc = t->run(t, failed, &s->cancel);
-    const char *m = rc ? aipc__recent_err_msg() : NULL;
+    char m[sizeof s->msg];
+    if (rc) {
+      const char *e = aipc__recent_err_msg();
+      snprintf(m, sizeof m, "%s", e ? e : aipc__error_text(rc));
+    }
     t->free(t);
     pthread_mutex_lock(&s->mu);
+    s->running = false;
+    if (s->interrupt == INT_ABORT) {
+      rc = ACL_SUCCESS; /* aborted: its results are discarded */
+    } else if (s->interrupt == INT_STOP && rc) {
+      rc = ACL_ERROR_RT_STREAM_ABORT;
+      snprintf(m, sizeof m, "the task was stopped by aclrtStreamStop");
+    }
+    if (s->interrupt != INT_NONE && s->interrupt != INT_FORCE) {
+      s->interrupt = INT_NONE;
+      atomic_store(&s->cancel, false);
+    }
     if (rc && s->err == ACL_SUCCESS) {
       s->err = rc;
-      snprintf(s->msg, sizeof s->msg, "%s", m ? m : aipc__error_text(rc));
+      memcpy(s->msg, m, sizeof s->msg);
     }
-    if (--s->pending == 0) pthread_cond_broadcast(&s->idle);
+    if (rc && s->mode == ACL_STOP_ON_FAILURE) s->halted = true;
+    s->pending--;
+    pthread_cond_broadcast(&s->idle); /* for synchronize (pending 0), and abort or stop (running over) */
   }
   pthread_mutex_unlock(&s->mu);
   return NULL;
 }
 
-static aclError stream_new(const char *call, stream **out) {
+static aclError stream_new(const char *call, uint32_t flags, uint32_t priority, stream **out) {
   stream *s = calloc(1, sizeof *s);
   if (!s) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
   pthread_mutex_init(&s->mu, NULL);
@@ -112,6 +172,10 @@ static aclError stream_new(const char *call, stream **out) {
   aipc__handle_init(&s->h);
   atomic_init(&s->cancel, false);
   s->device = aipc__device_current();
+  s->flags = flags;
+  s->priority = priority;
+  s->id = atomic_fetch_add(&g_next_id, 1);
+  s->mode = ACL_CONTINUE_ON_FAILURE;
   int e = aipc__os_thread_start(&s->thread, worker, s);
   if (e != 0) {
     put(s);
@@ -133,9 +197,10 @@ static aclError stream_new(const char *call, stream **out) {
 static void stream_shutdown(stream *s, bool force) {
   pthread_mutex_lock(&s->mu);
   if (force) {
+    s->interrupt = INT_FORCE;
     atomic_store(&s->cancel, true);
     for (aipc__task *t = s->head; t; t = t->next) s->pending--;
-    free_tasks(s);
+    free_tasks(s, ACL_ERROR_RT_STREAM_ABORT);
     if (s->pending == 0) pthread_cond_broadcast(&s->idle); /* for a synchronize in another thread */
   }
   while (s->pending > 0) pthread_cond_wait(&s->idle, &s->mu);
@@ -158,13 +223,15 @@ static aclError get(const char *call, aclrtStream h, stream **out) {
     return rc;
   }
   aclError rc = ACL_SUCCESS;
+  bool made = false;
   aipc__handles_lock(&g_streams);
-  if (!g_default) rc = stream_new(call, &g_default);
+  if (!g_default) made = (rc = stream_new(call, 0, 0, &g_default)) == ACL_SUCCESS;
   if (rc == ACL_SUCCESS) {
     aipc__handle_ref(&g_default->h);
     *out = g_default;
   }
   aipc__handles_unlock(&g_streams);
+  if (made) aipc__stream_state_notify(NULL, ACL_RT_STREAM_STATE_CREATE_POST);
   return rc;
 }
 
@@ -176,12 +243,35 @@ aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
     return rc;
   }
   t->next = NULL;
+  if (s->flags & HOST_REFUSED_FLAGS) {
+    uint32_t f = s->flags;
+    t->free(t);
+    put(s);
+    if (f & ACL_STREAM_PERSISTENT)
+      return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                        "%s: stream %p was created with ACL_STREAM_PERSISTENT, whose tasks run only in a model "
+                        "(aclmdlRIBindStream); the emulator does not capture streams into models",
+                        call, h);
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                      "%s: stream %p was created with ACL_STREAM_%s: only the device queues work on it", call, h,
+                      (f & ACL_STREAM_DEVICE_USE_ONLY) ? "DEVICE_USE_ONLY" : "CPU_SCHEDULE");
+  }
   pthread_mutex_lock(&s->mu);
   if (s->stop) {
     pthread_mutex_unlock(&s->mu);
     t->free(t);
     put(s);
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is being destroyed", call, h);
+  }
+  if (s->halted) { /* CANN: a stream stopped on failure takes no new work */
+    aclError err = s->err;
+    char msg[sizeof s->msg];
+    memcpy(msg, s->msg, sizeof msg);
+    pthread_mutex_unlock(&s->mu);
+    t->free(t);
+    put(s);
+    return aipc__fail(err, "%s: the stream stopped on failure (ACL_STOP_ON_FAILURE) and takes no new work: %s",
+                      call, msg);
   }
   if (s->tail)
     s->tail->next = t;
@@ -208,21 +298,42 @@ aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device) {
   return ACL_SUCCESS;
 }
 
-aclError aipc__emu_create_stream(aclrtStream *stream_out) {
-  const char *call = AIPC_CALL_NAME(create_stream);
+static aclError create(const char *call, aclrtStream *stream_out, uint32_t flags, uint32_t priority) {
   if (!stream_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", call);
   stream *s = NULL;
-  aclError rc = stream_new(call, &s);
+  aclError rc = stream_new(call, flags, priority, &s);
   if (rc) return rc;
   if ((rc = aipc__handles_add(&g_streams, call, &s->h))) return rc;
   *stream_out = s;
+  aipc__stream_state_notify(s, ACL_RT_STREAM_STATE_CREATE_POST);
   return ACL_SUCCESS;
+}
+
+aclError aipc__emu_create_stream(aclrtStream *stream_out) {
+  return create(AIPC_CALL_NAME(create_stream), stream_out, 0, 0);
+}
+
+aclError aipc__emu_create_stream_with_config(aclrtStream *stream_out, uint32_t priority, uint32_t flag) {
+  /* CANN: priority is reserved (kept and reported back); flag bits it does
+   * not define make an ordinary stream. */
+  return create(AIPC_CALL_NAME(create_stream_with_config), stream_out, flag, priority);
+}
+
+aclError aipc__emu_create_stream_v2(aclrtStream *stream_out, const aclrtStreamConfigHandle *handle) {
+  const char *call = AIPC_CALL_NAME(create_stream_v2);
+  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handle is NULL", call);
+  return create(call, stream_out, (uint32_t)handle->flag, handle->priority);
 }
 
 static aclError destroy(const char *call, aclrtStream h, bool force) {
   if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: the default stream (NULL) cannot be destroyed", call);
+  stream *live = NULL; /* DESTROY_PRE: the callbacks see a stream still usable */
+  aclError rc = get(call, h, &live);
+  if (rc) return rc;
+  put(live);
+  aipc__stream_state_notify(h, ACL_RT_STREAM_STATE_DESTROY_PRE);
   aipc__handle *o;
-  aclError rc = aipc__handles_remove(&g_streams, call, h, &o);
+  rc = aipc__handles_remove(&g_streams, call, h, &o);
   if (rc) return rc;
   stream_shutdown((stream *)o, force);
   return ACL_SUCCESS;
@@ -259,15 +370,26 @@ static aclError synchronize(const char *call, aclrtStream h, int64_t timeout_ms)
   if (rc) return rc;
   char msg[sizeof s->msg];
   pthread_mutex_lock(&s->mu);
+  if (s->flags & HOST_REFUSED_FLAGS) { /* CANN: returns at once for these streams */
+    pthread_mutex_unlock(&s->mu);
+    put(s);
+    return ACL_SUCCESS;
+  }
+  uint64_t aborts = s->aborts;
   if (!wait_idle(s, timeout_ms)) {
     pthread_mutex_unlock(&s->mu);
     put(s);
     return aipc__fail(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "%s: the stream's work did not finish within %lld ms", call,
                       (long long)timeout_ms);
   }
+  if (s->aborts != aborts) {
+    pthread_mutex_unlock(&s->mu);
+    put(s);
+    return aipc__fail(ACL_ERROR_RT_STREAM_ABORT, "%s: the stream was aborted (aclrtStreamAbort) while waiting", call);
+  }
   rc = s->err;
   memcpy(msg, s->msg, sizeof msg);
-  s->err = ACL_SUCCESS;
+  if (!s->halted) s->err = ACL_SUCCESS; /* stopped on failure: it stays */
   pthread_mutex_unlock(&s->mu);
   put(s);
   if (rc) return aipc__fail(rc, "%s: queued work failed: %s", call, msg);
@@ -282,6 +404,168 @@ aclError aipc__emu_synchronize_stream_with_timeout(aclrtStream h, int32_t timeou
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: timeout %d ms is invalid (-1: wait without limit, or >= 0)", call,
                       (int)timeout);
   return synchronize(call, h, timeout == 0 ? -1 : timeout);
+}
+
+/* ---- configuration, state, abort and stop --------------------------------- */
+
+aclError aipc__emu_set_stream_failure_mode(aclrtStream h, uint64_t mode) {
+  const char *call = AIPC_CALL_NAME(set_stream_failure_mode);
+  if (mode != ACL_CONTINUE_ON_FAILURE && mode != ACL_STOP_ON_FAILURE)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                      "%s: mode %llu is neither ACL_CONTINUE_ON_FAILURE (0) nor ACL_STOP_ON_FAILURE (1)", call,
+                      (unsigned long long)mode);
+  stream *s = NULL;
+  aclError rc = get(call, h, &s);
+  if (rc) return rc;
+  pthread_mutex_lock(&s->mu);
+  if (s->mode_set && s->mode != mode)
+    rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                    "%s: the stream's failure mode was already set (to %s); CANN sets it once per stream", call,
+                    s->mode == ACL_STOP_ON_FAILURE ? "ACL_STOP_ON_FAILURE" : "ACL_CONTINUE_ON_FAILURE");
+  else {
+    s->mode = mode;
+    s->mode_set = true;
+  }
+  pthread_mutex_unlock(&s->mu);
+  put(s);
+  return rc;
+}
+
+aclError aipc__emu_stream_query(aclrtStream h, aclrtStreamStatus *status) {
+  const char *call = AIPC_CALL_NAME(stream_query);
+  if (!status) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: status is NULL", call);
+  stream *s = NULL;
+  aclError rc = get(call, h, &s);
+  if (rc) return rc;
+  pthread_mutex_lock(&s->mu);
+  *status = s->pending == 0 ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
+  pthread_mutex_unlock(&s->mu);
+  put(s);
+  return ACL_SUCCESS;
+}
+
+/* Reads one field of stream h (NULL: the default stream) for a getter. */
+static aclError read_field(const char *call, aclrtStream h, const void *out, const char *what, stream **s) {
+  if (!out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s is NULL", call, what);
+  return get(call, h, s);
+}
+
+aclError aipc__emu_stream_get_flags(aclrtStream h, uint32_t *flags) {
+  stream *s = NULL;
+  aclError rc = read_field(AIPC_CALL_NAME(stream_get_flags), h, flags, "flags", &s);
+  if (rc) return rc;
+  *flags = s->flags;
+  put(s);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_stream_get_id(aclrtStream h, int32_t *streamId) {
+  stream *s = NULL;
+  aclError rc = read_field(AIPC_CALL_NAME(stream_get_id), h, streamId, "streamId", &s);
+  if (rc) return rc;
+  *streamId = s->id;
+  put(s);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_stream_get_priority(aclrtStream h, uint32_t *priority) {
+  stream *s = NULL;
+  aclError rc = read_field(AIPC_CALL_NAME(stream_get_priority), h, priority, "priority", &s);
+  if (rc) return rc;
+  *priority = s->priority;
+  put(s);
+  return ACL_SUCCESS;
+}
+
+/* Tells the running task of s to give up (why: INT_ABORT or INT_STOP) and
+ * waits until it has returned. mu held. */
+static void interrupt_running(stream *s, int why) {
+  if (!s->running || s->interrupt == INT_FORCE) return;
+  s->interrupt = why;
+  atomic_store(&s->cancel, true);
+  while (s->running) pthread_cond_wait(&s->idle, &s->mu);
+}
+
+aclError aipc__emu_stream_abort(aclrtStream h) {
+  const char *call = AIPC_CALL_NAME(stream_abort);
+  stream *s = NULL;
+  aclError rc = get(call, h, &s);
+  if (rc) return rc;
+  pthread_mutex_lock(&s->mu);
+  s->aborts++;
+  aipc__task *dropped = s->head; /* dropped outside the lock: a record's event may reach the IPC layer */
+  for (aipc__task *t = s->head; t; t = t->next) s->pending--;
+  s->head = s->tail = NULL;
+  interrupt_running(s, INT_ABORT);
+  s->err = ACL_SUCCESS; /* what ran before the abort is discarded with it */
+  s->msg[0] = '\0';
+  s->halted = false;
+  if (s->pending == 0) pthread_cond_broadcast(&s->idle);
+  pthread_mutex_unlock(&s->mu);
+  for (aipc__task *t = dropped, *next; t; t = next) {
+    next = t->next;
+    drop_task(t, ACL_ERROR_RT_STREAM_ABORT);
+  }
+  put(s);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_stream_stop(aclrtStream h) {
+  const char *call = AIPC_CALL_NAME(stream_stop);
+  if (!h) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: the default stream (NULL) cannot be stopped", call);
+  stream *s = NULL;
+  aclError rc = get(call, h, &s);
+  if (rc) return rc;
+  pthread_mutex_lock(&s->mu);
+  interrupt_running(s, INT_STOP);
+  pthread_mutex_unlock(&s->mu);
+  put(s);
+  return ACL_SUCCESS;
+}
+
+/* Config handles are plain host records, CANN's struct: the caller owns the
+ * pointer; V2 reads flag and priority from it. */
+aclrtStreamConfigHandle *aipc__emu_create_stream_config_handle(void) {
+  aclrtStreamConfigHandle *c = calloc(1, sizeof *c);
+  if (!c) aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", AIPC_CALL_NAME(create_stream_config_handle));
+  return c;
+}
+
+aclError aipc__emu_destroy_stream_config_handle(aclrtStreamConfigHandle *handle) {
+  if (!handle)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handle is NULL", AIPC_CALL_NAME(destroy_stream_config_handle));
+  free(handle);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__emu_set_stream_config_opt(aclrtStreamConfigHandle *handle, aclrtStreamConfigAttr attr,
+                                         const void *attrValue, size_t valueSize) {
+  const char *call = AIPC_CALL_NAME(set_stream_config_opt);
+  if (!handle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handle is NULL", call);
+  if (!attrValue) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: attrValue is NULL", call);
+  size_t want;
+  switch (attr) {
+    case ACL_RT_STREAM_WORK_ADDR_PTR: want = sizeof(void *); break;
+    case ACL_RT_STREAM_WORK_SIZE: want = sizeof(size_t); break;
+    case ACL_RT_STREAM_FLAG:
+    case ACL_RT_STREAM_PRIORITY: want = sizeof(uint32_t); break;
+    default:
+      return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: attr %d is not an aclrtStreamConfigAttr (0..3)", call, (int)attr);
+  }
+  if (valueSize != want)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: valueSize %zu for attr %d; it takes %zu bytes", call, valueSize,
+                      (int)attr, want);
+  uint32_t u32;
+  switch (attr) {
+    case ACL_RT_STREAM_WORK_ADDR_PTR: memcpy(&handle->workptr, attrValue, want); break;
+    case ACL_RT_STREAM_WORK_SIZE: memcpy(&handle->workSize, attrValue, want); break;
+    case ACL_RT_STREAM_FLAG:
+      memcpy(&u32, attrValue, want);
+      handle->flag = u32;
+      break;
+    default: memcpy(&handle->priority, attrValue, want); break;
+  }
+  return ACL_SUCCESS;
 }
 
 /* ---- copies and memsets ---------------------------------------------- */
@@ -299,7 +583,7 @@ static void free_plain(aipc__task *t) { free(t); }
 
 static aclError run_copy(aipc__task *t, aclError failed, const atomic_bool *cancel) {
   (void)cancel;
-  if (failed) return ACL_SUCCESS; /* skipped: see the top of this file */
+  (void)failed; /* runs after a failure too: see the top of this file */
   copy_task *c = (copy_task *)t;
   return aipc__mem_copy("aclrtMemcpyAsync (running on the stream)", c->dst, c->destMax, c->src, c->count, c->kind,
                         c->cur_dev, true);
@@ -322,7 +606,7 @@ aclError aipc__emu_memcpy_async(void *dst, size_t destMax, const void *src, size
   if (rc) return rc;
   copy_task *c = malloc(sizeof *c);
   if (!c) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
-  *c = (copy_task){{NULL, run_copy, free_plain}, dst, src, destMax, count, kind, cur};
+  *c = (copy_task){{NULL, run_copy, free_plain, NULL}, dst, src, destMax, count, kind, cur};
   return aipc__stream_submit(call, h, &c->t);
 }
 
@@ -335,7 +619,7 @@ typedef struct memset_task {
 
 static aclError run_memset(aipc__task *t, aclError failed, const atomic_bool *cancel) {
   (void)cancel;
-  if (failed) return ACL_SUCCESS;
+  (void)failed;
   memset_task *m = (memset_task *)t;
   return aipc__mem_memset("aclrtMemsetAsync (running on the stream)", m->dst, m->value, m->count);
 }
@@ -352,7 +636,7 @@ aclError aipc__emu_memset_async(void *devPtr, size_t maxCount, int32_t value, si
   if (rc) return rc;
   memset_task *m = malloc(sizeof *m);
   if (!m) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
-  *m = (memset_task){{NULL, run_memset, free_plain}, devPtr, count, (int)(value & 0xff)};
+  *m = (memset_task){{NULL, run_memset, free_plain, NULL}, devPtr, count, (int)(value & 0xff)};
   return aipc__stream_submit(call, h, &m->t);
 }
 

@@ -38,6 +38,7 @@ typedef int aclError;
   X(ACL_ERROR_RT_INVALID_HANDLE, 107017, "runtime: invalid handle")           \
   X(ACL_ERROR_RT_WAIT_TIMEOUT, 107019, "runtime: wait timeout")                \
   X(ACL_ERROR_RT_TASK_TIMEOUT, 107020, "runtime: task timeout")                \
+  X(ACL_ERROR_RT_STREAM_ABORT, 107023, "runtime: stream aborted")             \
   X(ACL_ERROR_BAD_ALLOC, 200000, "memory allocation failed")                   \
   X(ACL_ERROR_INVALID_DEVICE, 200002, "invalid device")                        \
   X(ACL_ERROR_FEATURE_UNSUPPORTED, 200006, "feature not supported")            \
@@ -54,6 +55,38 @@ typedef int aclError;
 #define ACL_ERROR_CODE_ENUM_(sym, num, msg) sym = num,
 enum { ACL_ERROR_CODE_TABLE(ACL_ERROR_CODE_ENUM_) };
 #undef ACL_ERROR_CODE_ENUM_
+
+/* Element types of tensors and of the runtime's built-in tasks (CANN's values). */
+typedef enum {
+  ACL_DT_UNDEFINED = -1,
+  ACL_FLOAT = 0,
+  ACL_FLOAT16 = 1,
+  ACL_INT8 = 2,
+  ACL_INT32 = 3,
+  ACL_UINT8 = 4,
+  ACL_INT16 = 6,
+  ACL_UINT16 = 7,
+  ACL_UINT32 = 8,
+  ACL_INT64 = 9,
+  ACL_UINT64 = 10,
+  ACL_DOUBLE = 11,
+  ACL_BOOL = 12,
+  ACL_STRING = 13,
+  ACL_COMPLEX64 = 16,
+  ACL_COMPLEX128 = 17,
+  ACL_BF16 = 27,
+  ACL_INT4 = 29,
+  ACL_UINT1 = 30,
+  ACL_COMPLEX32 = 33,
+  ACL_HIFLOAT8 = 34,
+  ACL_FLOAT8_E5M2 = 35,
+  ACL_FLOAT8_E4M3FN = 36,
+  ACL_FLOAT8_E8M0 = 37,
+  ACL_FLOAT6_E3M2 = 38,
+  ACL_FLOAT6_E2M3 = 39,
+  ACL_FLOAT4_E2M1 = 40,
+  ACL_FLOAT4_E1M2 = 41,
+} aclDataType;
 
 /*
  * Returns the message of the most recent failure on the calling thread and
