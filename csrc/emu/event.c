@@ -344,10 +344,11 @@ static aclError record(const char *call, aclrtEvent h, aclrtStream stream) {
     atomic_store(&e->c->recorder_pid, (int32_t)getpid());
   }
   aipc__handle_ref(&e->h);
-  *r = (record_task){{NULL, run_record, free_record, drop_record}, e, atomic_fetch_add(&e->c->recorded, 1) + 1};
-  rc = aipc__stream_submit(call, stream, &r->t);
+  uint64_t seq = atomic_fetch_add(&e->c->recorded, 1) + 1;
+  *r = (record_task){{NULL, run_record, free_record, drop_record}, e, seq};
+  rc = aipc__stream_submit(call, stream, &r->t); /* takes r, even when it fails */
   if (rc) { /* the sequence number is spent: complete it so no wait hangs on it */
-    complete(e->c, r->seq, ACL_SUCCESS);
+    complete(e->c, seq, ACL_SUCCESS);
   }
 out:
   put(e);

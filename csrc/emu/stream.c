@@ -59,6 +59,7 @@ typedef struct stream {
   bool mode_set;        /* CANN: once per stream */
   bool halted;          /* STOP_ON_FAILURE triggered: err and msg stay */
   bool running;         /* the worker is inside a task's run */
+  aipc__task *current;  /* that task: a forked child frees its record */
   int interrupt;        /* why cancel is set: INT_FORCE (for good), INT_ABORT, INT_STOP (that task only) */
   uint64_t aborts;      /* aclrtStreamAbort calls so far: a synchronize spanning one fails */
 } stream;
@@ -99,6 +100,8 @@ static void forget_tasks(stream *s) {
     free(t);
   }
   s->head = s->tail = NULL;
+  free(s->current); /* the parent's worker was running it */
+  s->current = NULL;
 }
 
 static void put(stream *s) {
@@ -131,6 +134,7 @@ static void *worker(void *arg) {
     }
     aclError failed = s->err;
     s->running = true;
+    s->current = t;
     pthread_mutex_unlock(&s->mu);
     aclError rc = t->run(t, failed, &s->cancel);
     char m[sizeof s->msg];
@@ -138,9 +142,12 @@ static void *worker(void *arg) {
       const char *e = aipc__recent_err_msg();
       snprintf(m, sizeof m, "%s", e ? e : aipc__error_text(rc));
     }
-    t->free(t);
     pthread_mutex_lock(&s->mu);
     s->running = false;
+    s->current = NULL;
+    pthread_mutex_unlock(&s->mu);
+    t->free(t);
+    pthread_mutex_lock(&s->mu);
     if (s->interrupt == INT_ABORT) {
       rc = ACL_SUCCESS; /* aborted: its results are discarded */
     } else if (s->interrupt == INT_STOP && rc) {
