@@ -22,6 +22,80 @@ extern "C" {
 
 typedef int aclError;
 
+/* Half-precision float, as raw IEEE 754 binary16 bits. */
+typedef uint16_t aclFloat16;
+
+/* Tensor element types (CANN's numbering; the gaps are CANN's). */
+typedef enum {
+  ACL_DT_UNDEFINED = -1,
+  ACL_FLOAT = 0,
+  ACL_FLOAT16 = 1,
+  ACL_INT8 = 2,
+  ACL_INT32 = 3,
+  ACL_UINT8 = 4,
+  ACL_INT16 = 6,
+  ACL_UINT16 = 7,
+  ACL_UINT32 = 8,
+  ACL_INT64 = 9,
+  ACL_UINT64 = 10,
+  ACL_DOUBLE = 11,
+  ACL_BOOL = 12,
+  ACL_STRING = 13,
+  ACL_COMPLEX64 = 16,
+  ACL_COMPLEX128 = 17,
+  ACL_BF16 = 27,
+  ACL_INT4 = 29,
+  ACL_UINT1 = 30,
+  ACL_COMPLEX32 = 33,
+  ACL_HIFLOAT8 = 34,
+  ACL_FLOAT8_E5M2 = 35,
+  ACL_FLOAT8_E4M3FN = 36,
+  ACL_FLOAT8_E8M0 = 37,
+  ACL_FLOAT6_E3M2 = 38,
+  ACL_FLOAT6_E2M3 = 39,
+  ACL_FLOAT4_E2M1 = 40,
+  ACL_FLOAT4_E1M2 = 41,
+} aclDataType;
+
+/* Tensor memory layouts (CANN's numbering). */
+typedef enum {
+  ACL_FORMAT_UNDEFINED = -1,
+  ACL_FORMAT_NCHW = 0,
+  ACL_FORMAT_NHWC = 1,
+  ACL_FORMAT_ND = 2,
+  ACL_FORMAT_NC1HWC0 = 3,
+  ACL_FORMAT_FRACTAL_Z = 4,
+  ACL_FORMAT_NC1HWC0_C04 = 12,
+  ACL_FORMAT_HWCN = 16,
+  ACL_FORMAT_NDHWC = 27,
+  ACL_FORMAT_FRACTAL_NZ = 29,
+  ACL_FORMAT_NCDHW = 30,
+  ACL_FORMAT_NDC1HWC0 = 32,
+  ACL_FRACTAL_Z_3D = 33,
+  ACL_FORMAT_NC = 35,
+  ACL_FORMAT_NCL = 47,
+  ACL_FORMAT_FRACTAL_NZ_C0_16 = 50,
+  ACL_FORMAT_FRACTAL_NZ_C0_32 = 51,
+  ACL_FORMAT_FRACTAL_NZ_C0_2 = 52,
+  ACL_FORMAT_FRACTAL_NZ_C0_4 = 53,
+  ACL_FORMAT_FRACTAL_NZ_C0_8 = 54,
+} aclFormat;
+
+/* Features of the installed CANN that aclGetCannAttribute reports on. */
+typedef enum {
+  ACL_CANN_ATTR_UNDEFINED = -1,
+  ACL_CANN_ATTR_INF_NAN = 0,
+  ACL_CANN_ATTR_BF16 = 1,
+  ACL_CANN_ATTR_JIT_COMPILE = 2,
+} aclCannAttr;
+
+/* Bytes per element of dataType (sub-byte types count 1; ACL_STRING and
+ * ACL_DT_UNDEFINED 0; an unknown value 8, as CANN does). */
+ACL_FUNC_VISIBILITY size_t aclDataTypeSize(aclDataType dataType);
+/* binary16 <-> float, rounding to nearest even; NaN and infinities kept. */
+ACL_FUNC_VISIBILITY float aclFloat16ToFloat(aclFloat16 value);
+ACL_FUNC_VISIBILITY aclFloat16 aclFloatToFloat16(float value);
+
 /*
  * The one table of error codes: X(symbol, number, message).
  * It yields the constants below and, inside the library, the name and
@@ -30,6 +104,7 @@ typedef int aclError;
 #define ACL_ERROR_CODE_TABLE(X)                                                \
   X(ACL_SUCCESS, 0, "success")                                                 \
   X(ACL_ERROR_INVALID_PARAM, 100000, "invalid parameter")                      \
+  X(ACL_ERROR_INVALID_FILE, 100003, "invalid file")                            \
   X(ACL_ERROR_RT_PARAM_INVALID, 107000, "runtime: invalid parameter")          \
   X(ACL_ERROR_RT_INVALID_DEVICEID, 107001, "runtime: invalid device id")       \
   X(ACL_ERROR_RT_CONTEXT_NULL, 107002, "runtime: no current context")         \
