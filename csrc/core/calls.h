@@ -171,7 +171,68 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
 
 /* The runtime around IPC that CANN programs call beside it, one list per part
  * (each defined empty until its part has calls). */
-#define AIPC_CALLS_CONTEXT(X) /* contexts, devices, versions, last error */
+#define AIPC_CALLS_CONTEXT(X) /* contexts, devices, versions, last error */                                         \
+  X(aclError, aclrtCreateContext, create_context, (aclrtContext * context, int32_t deviceId),                       \
+    (context, deviceId), NULL, OPTIONAL)                                                                            \
+  X(aclError, aclrtDestroyContext, destroy_context, (aclrtContext context), (context), NULL, OPTIONAL)              \
+  X(aclError, aclrtSetCurrentContext, set_current_context, (aclrtContext context), (context), NULL, OPTIONAL)       \
+  X(aclError, aclrtGetCurrentContext, get_current_context, (aclrtContext * context), (context), NULL, OPTIONAL)     \
+  X(aclError, aclrtCtxGetCurrentDefaultStream, ctx_get_current_default_stream, (aclrtStream * stream),              \
+    (stream), NULL, OPTIONAL)                                                                                       \
+  X(aclError, aclrtGetResInCurrentThread, get_res_in_current_thread,                                                \
+    (aclrtDevResLimitType type, uint32_t * value),                                                                  \
+    (type, value), NULL, OPTIONAL)                                                                                  \
+  X(aclError, aclrtGetRunMode, get_run_mode, (aclrtRunMode * runMode), (runMode), NULL, OPTIONAL)                   \
+  X(aipc_cstr, aclrtGetSocName, get_soc_name, (void), (), NULL, OPTIONAL)                                           \
+  X(aclError, aclrtGetDeviceInfo, get_device_info, (uint32_t deviceId, aclrtDevAttr attr, int64_t * value),         \
+    (deviceId, attr, value), NULL, OPTIONAL)                                                                        \
+  X(aclError, aclrtGetDeviceCapability, get_device_capability,                                                      \
+    (int32_t deviceId, aclrtDevFeatureType devFeatureType, int32_t * value),                                        \
+    (deviceId, devFeatureType, value), NULL, OPTIONAL)                                                              \
+  X(aclError, aclrtQueryDeviceStatus, query_device_status, (int32_t deviceId, aclrtDeviceStatus * deviceStatus),    \
+    (deviceId, deviceStatus), NULL, OPTIONAL)                                                                       \
+  X(aclError, aclrtGetDeviceUtilizationRate, get_device_utilization_rate,                                           \
+    (int32_t deviceId, aclrtUtilizationInfo * utilizationInfo),                                                     \
+    (deviceId, utilizationInfo), NULL, OPTIONAL)                                                                    \
+  X(aclError, aclrtDeviceGetStreamPriorityRange, device_get_stream_priority_range,                                  \
+    (int32_t * leastPriority, int32_t * greatestPriority),                                                          \
+    (leastPriority, greatestPriority), NULL, OPTIONAL)                                                              \
+  X(aclError, aclrtSetDeviceResLimit, set_device_res_limit,                                                         \
+    (int32_t deviceId, aclrtDevResLimitType type, uint32_t value),                                                  \
+    (deviceId, type, value), NULL, OPTIONAL)                                                                        \
+  X(aclError, aclrtGetDeviceResLimit, get_device_res_limit,                                                         \
+    (int32_t deviceId, aclrtDevResLimitType type, uint32_t * value),                                                \
+    (deviceId, type, value), NULL, OPTIONAL)                                                                        \
+  X(aclError, aclrtResetDeviceResLimit, reset_device_res_limit, (int32_t deviceId), (deviceId), NULL, OPTIONAL)     \
+  X(aclError, aclrtSynchronizeDevice, synchronize_device, (void), (), NULL, OPTIONAL)                               \
+  X(aclError, aclrtDeviceDisablePeerAccess, device_disable_peer_access, (int32_t peerDeviceId),                     \
+    (peerDeviceId), NULL, OPTIONAL)                                                                                 \
+  X(aclError, aclrtCheckArchCompatibility, check_arch_compatibility,                                                \
+    (const char *socVersion, int32_t *canCompatible),                                                               \
+    (socVersion, canCompatible), NULL, OPTIONAL)                                                                    \
+  X(aclError, aclsysGetVersionStr, sys_get_version_str, (char *pkgName, char *versionStr),                          \
+    (pkgName, versionStr), NULL, OPTIONAL)                                                                          \
+  X(aclError, aclsysGetVersionNum, sys_get_version_num, (char *pkgName, int32_t *versionNum),                       \
+    (pkgName, versionNum), NULL, OPTIONAL)                                                                          \
+  X(aclError, aclGetCannAttributeList, get_cann_attribute_list, (const aclCannAttr **cannAttrList, size_t *num),    \
+    (cannAttrList, num), NULL, OPTIONAL)                                                                            \
+  X(aclError, aclGetCannAttribute, get_cann_attribute, (aclCannAttr cannAttr, int32_t *value),                      \
+    (cannAttr, value), NULL, OPTIONAL)                                                                              \
+  X(aclError, aclrtSetDeviceSatMode, set_device_sat_mode, (aclrtFloatOverflowMode mode), (mode), NULL, OPTIONAL)    \
+  X(aclError, aclrtGetDeviceSatMode, get_device_sat_mode, (aclrtFloatOverflowMode * mode),                          \
+    (mode), NULL, OPTIONAL)                                                                                         \
+  X(aclError, aclrtSetStreamOverflowSwitch, set_stream_overflow_switch, (aclrtStream stream, uint32_t flag),        \
+    (stream, flag), NULL, OPTIONAL)                                                                                 \
+  X(aclError, aclrtGetStreamOverflowSwitch, get_stream_overflow_switch, (aclrtStream stream, uint32_t * flag),      \
+    (stream, flag), NULL, OPTIONAL)                                                                                 \
+  X(aclError, aclrtGetOverflowStatus, get_overflow_status,                                                          \
+    (void *outputAddr, size_t outputSize, aclrtStream stream),                                                      \
+    (outputAddr, outputSize, stream), NULL, OPTIONAL)                                                               \
+  X(aclError, aclrtResetOverflowStatus, reset_overflow_status, (aclrtStream stream), (stream), NULL, OPTIONAL)      \
+  X(aclError, aclrtGetLastError, get_last_error, (aclrtLastErrLevel level), (level), NULL, OPTIONAL)                \
+  X(aclError, aclrtPeekAtLastError, peek_at_last_error, (aclrtLastErrLevel level), (level), NULL, OPTIONAL)         \
+  X(aclError, aclrtGetErrorVerbose, get_error_verbose, (int32_t deviceId, aclrtErrorInfo * errorInfo),              \
+    (deviceId, errorInfo), NULL, OPTIONAL)
 
 /* stream configuration, failure modes, event and value tasks */
 #define AIPC_CALLS_STREAM(X)                                                                                                                                            \

@@ -11,6 +11,9 @@
 static __thread char tl_pending[AIPC_MSG_MAX];
 static __thread char tl_handed_out[AIPC_MSG_MAX];
 static __thread int tl_has_pending;
+/* aclrtGetLastError's code: every failure sets it, independently of the
+ * message, which aclGetRecentErrMsg consumes on its own. */
+static __thread aclError tl_last_error;
 
 const char *aipc__error_name(aclError code) {
   switch (code) {
@@ -40,6 +43,7 @@ aclError aipc__fail(aclError code, const char *fmt, ...) {
   vsnprintf(tl_pending, sizeof tl_pending, fmt, ap);
   va_end(ap);
   tl_has_pending = 1;
+  if (code != 0) tl_last_error = code;
   return code;
 }
 
@@ -48,4 +52,10 @@ const char *aipc__recent_err_msg(void) {
   memcpy(tl_handed_out, tl_pending, sizeof tl_handed_out);
   tl_has_pending = 0;
   return tl_handed_out;
+}
+
+aclError aipc__last_error(int clear) {
+  aclError code = tl_last_error;
+  if (clear) tl_last_error = 0;
+  return code;
 }

@@ -19,4 +19,8 @@ aclError aipc__fail(aclError code, const char *fmt, ...) __attribute__((format(p
 /* aclGetRecentErrMsg semantics: message or NULL, then cleared. */
 const char *aipc__recent_err_msg(void);
 
+/* aclrtGetLastError (clear) / aclrtPeekAtLastError semantics: the code of
+ * the calling thread's latest failure, or ACL_SUCCESS. */
+aclError aipc__last_error(int clear);
+
 #endif

@@ -13,6 +13,14 @@ static __thread int32_t tl_device;
 static __thread uint64_t tl_gen;
 static _Atomic uint64_t g_gen = 1;
 
+/* The thread's explicit context (aclrtCreateContext, aclrtSetCurrentContext;
+ * context.c's objects, opaque here): none means the current device's default
+ * context. It counts only while its generation is g_ctx_gen, which
+ * aclFinalize and a fork child bump (their contexts are gone). */
+static __thread void *tl_ctx;
+static __thread uint64_t tl_ctx_id, tl_ctx_gen;
+static _Atomic uint64_t g_ctx_gen = 1;
+
 /* aclrtSetDevice calls per device not yet undone by a reset, process-wide
  * as in CANN: aclrtResetDeviceForce needs the device to be set. */
 static _Atomic uint32_t g_set_count[AIPC_MAX_DEVICES];
@@ -34,11 +42,28 @@ aclError aipc__emu_set_device(int32_t deviceId) {
   if (rc) return rc;
   tl_device = deviceId;
   tl_gen = atomic_load(&g_gen);
+  tl_ctx = NULL; /* CANN: the device's default context becomes current */
   uint32_t n = atomic_load(&g_set_count[deviceId]);
   while (n != UINT32_MAX && !atomic_compare_exchange_weak(&g_set_count[deviceId], &n, n + 1)) {
   }
   return ACL_SUCCESS;
 }
+
+void aipc__device_set_context(int32_t device, void *ctx, uint64_t id) {
+  tl_device = device;
+  tl_gen = atomic_load(&g_gen);
+  tl_ctx = ctx;
+  tl_ctx_id = id;
+  tl_ctx_gen = atomic_load(&g_ctx_gen);
+}
+
+void *aipc__device_context(uint64_t *id) {
+  if (!tl_ctx || tl_ctx_gen != atomic_load_explicit(&g_ctx_gen, memory_order_relaxed)) return NULL;
+  *id = tl_ctx_id;
+  return tl_ctx;
+}
+
+void aipc__device_forget_contexts(void) { atomic_fetch_add(&g_ctx_gen, 1); }
 
 aclError aipc__emu_get_device(int32_t *deviceId) {
   if (!deviceId) return aipc__fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDevice: deviceId is NULL");
@@ -105,6 +130,7 @@ aclError aipc__emu_device_get_bare_tgid(int32_t *pid) {
 
 void aipc__device_finalize(void) {
   atomic_fetch_add(&g_gen, 1);
+  atomic_fetch_add(&g_ctx_gen, 1);
   for (int d = 0; d < AIPC_MAX_DEVICES; d++) atomic_store(&g_set_count[d], 0);
 }
 

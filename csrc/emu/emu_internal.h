@@ -74,5 +74,53 @@ void aipc__device_finalize(void);
 /* aclrtResetDeviceForce's check and claim: every aclrtSetDevice of deviceId
  * is undone; an error when it was not set. */
 aclError aipc__device_unset_all(int32_t deviceId);
+/* The calling thread's explicit context (context.c's, opaque here): set
+ * makes device current with ctx (NULL: the device's default context); get
+ * returns it and its id, or NULL when the thread uses its device's default
+ * context. aclrtSetDevice clears it; forget (fork child) clears every
+ * thread's at once. */
+void aipc__device_set_context(int32_t device, void *ctx, uint64_t id);
+void *aipc__device_context(uint64_t *id);
+void aipc__device_forget_contexts(void);
+
+/* context.c: contexts (a registry, a default context per device). */
+/*
+ * The calling thread's current context: its id (never reused in a process;
+ * streams name their context by it) and device. Fails with
+ * ACL_ERROR_RT_CONTEXT_NULL when the thread's explicit context was destroyed.
+ */
+aclError aipc__ctx_current(const char *call, uint64_t *id, int32_t *device);
+/* aclrtDestroyContext's first half: takes ctx out of the registry (the
+ * default context is refused) and says its id; the caller destroys its
+ * streams, then calls aipc__ctx_release. */
+aclError aipc__ctx_remove(const char *call, aclrtContext ctx, uint64_t *id, void **obj);
+void aipc__ctx_release(void *obj);
+void aipc__ctx_finalize(void);
+void aipc__ctx_atfork_prepare(void);
+void aipc__ctx_atfork_parent(void);
+void aipc__ctx_atfork_child(void);
+
+/* devinfo.c: the emulated device's profile, limits and modes. */
+/* The device's cores of type (aclrtDevResLimitType), the hardware's. */
+uint32_t aipc__dev_cores(int type);
+/* The limit in force for the process (aclrtSetDeviceResLimit, or the cores). */
+uint32_t aipc__dev_res_limit(int32_t device, int type);
+/* The device's floating-point overflow flag (aclrtGetOverflowStatus): raise
+ * sets it, take reads it, clear resets it. */
+void aipc__dev_overflow_raise(int32_t device);
+uint32_t aipc__dev_overflow_get(int32_t device);
+void aipc__dev_overflow_clear(int32_t device);
+void aipc__devinfo_finalize(void);
+
+/* stream.c, for contexts (context_ops.c). */
+/* Drains and destroys every stream of context id, its default one included. */
+void aipc__stream_destroy_context(uint64_t id);
+/* The current context's default stream, as a registered handle. */
+aclError aipc__stream_default_handle(const char *call, aclrtStream *out);
+/* Waits for every stream of device; the first stored error, if any (left
+ * stored for the stream's own synchronize). */
+aclError aipc__stream_synchronize_device(const char *call, int32_t device);
+/* A stream's overflow-detection switch (NULL: the default stream). */
+aclError aipc__stream_overflow_switch(const char *call, aclrtStream h, const uint32_t *set, uint32_t *get);
 
 #endif

@@ -857,7 +857,8 @@ static aclError memset_check(const char *call, void *devPtr, size_t count) {
   operand o = {false, false, -1};
   aclError rc = classify(call, "devPtr", devPtr, count, &o);
   if (rc == ACL_SUCCESS && !o.device)
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr %p is host memory, not device memory", call, devPtr);
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr %p is host memory, not device memory%s", call, devPtr,
+                    strcmp(call, "aclrtMemset") == 0 ? " or host memory of aclrtMallocHost" : "");
   return rc;
 }
 
@@ -892,7 +893,17 @@ aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t c
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
   if (count > maxCount)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than maxCount %zu", call, count, maxCount);
-  return aipc__mem_memset(call, devPtr, (int)(value & 0xff), count);
+  if (count == 0) return aipc__mem_memset(call, devPtr, 0, 0);
+  /* CANN: the synchronous memset also sets host memory, if the runtime
+   * allocated it (aclrtMallocHost); other host memory is refused. */
+  aipc__mem_rdlock();
+  const aipc__block *b = find_block(devPtr);
+  bool host = b && b->kind == AIPC_MEM_HOST;
+  aclError rc = host ? classify(call, "devPtr", devPtr, count, &(operand){false, false, -1})
+                     : memset_check(call, devPtr, count);
+  if (rc == ACL_SUCCESS) memset(devPtr, value & 0xff, count);
+  aipc__mem_unlock();
+  return rc;
 }
 
 /* ---- teardown and fork -------------------------------------------------- */

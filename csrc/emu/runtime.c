@@ -10,14 +10,16 @@
  *   runtime.c                       this file: lifecycle and the provider table
  *   event.c  notify.c  vmm.c        events, notifies, physical memory (shared through ipc/)
  *   ipc/                            keys, exporter, importer, the wire
- *   stream.c                        streams and their workers
+ *   context_ops.c                   context and device calls that reach the streams
+ *   stream.c                        streams and their workers (each in a context)
  *   memory.c                        every address range, behind the memory lock
- *   device.c  handles.c  config.c   current device, the handle registries, settings
+ *   context.c  devinfo.c            contexts; the device's profile, limits, modes
+ *   device.c  handles.c  config.c   current device and context, the handle registries, settings
  *   core/  os/                      containers, errors, platform calls
  *
  * Lock order, outermost first, the same as the call order above:
- *   (stream state callbacks, a leaf held across nothing) event -> notify -> vmm -> IPC layer (a connection's, then the importer's;
- *   or the exporter's) -> streams -> memory
+ *   (stream state callbacks: a leaf, held across nothing) event -> notify -> vmm -> IPC layer (a
+ *   connection's, then the importer's; or the exporter's) -> streams -> contexts -> memory
  * A module may hold its lock while calling a module to its right, never the
  * other way round; fork's prepare takes them in this order, the parent's and
  * child's hooks undo them in reverse.
@@ -34,11 +36,13 @@ static void atfork_prepare(void) {
   aipc__vmm_atfork_prepare();
   aipc__ipc_atfork_prepare();
   aipc__stream_atfork_prepare();
+  aipc__ctx_atfork_prepare();
   aipc__mem_atfork_prepare();
 }
 
 static void atfork_parent(void) {
   aipc__mem_atfork_parent();
+  aipc__ctx_atfork_parent();
   aipc__stream_atfork_parent();
   aipc__ipc_atfork_parent();
   aipc__vmm_atfork_parent();
@@ -50,6 +54,7 @@ static void atfork_parent(void) {
 static void atfork_child(void) {
   aipc__mem_atfork_child();
   aipc__stream_atfork_child();
+  aipc__ctx_atfork_child();
   aipc__ipc_atfork_child();
   aipc__vmm_atfork_child();
   aipc__event_atfork_child();
@@ -103,6 +108,8 @@ aclError aipc__emu_finalize(void) {
   aipc__vmm_finalize();
   aipc__ipc_finalize();
   aipc__mem_finalize();
+  aipc__ctx_finalize();
+  aipc__devinfo_finalize();
   aipc__device_finalize();
   return ACL_SUCCESS;
 }

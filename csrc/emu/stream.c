@@ -24,6 +24,13 @@
  * Handles are checked against the registry of live streams (handles.c), so
  * a stale or made-up handle is an error, not a crash. Callers hold a
  * reference while they use a stream; the last reference frees it.
+ *
+ * Every stream belongs to a context (context.c: its id), the one current in
+ * the thread that created it. Each context has a default stream, the NULL
+ * stream of the threads where it is current: created on first use,
+ * registered like any stream (so aclrtCtxGetCurrentDefaultStream can hand it
+ * out) but never destroyed by aclrtDestroyStream; g_defaults maps context
+ * ids to them. Lock order: g_defaults_mu -> the registry -> a stream's mu.
  */
 #include <pthread.h>
 #include <stddef.h>
@@ -49,7 +56,10 @@ typedef struct stream {
   aclError err;       /* first asynchronous error since the last synchronize */
   char msg[512];
   pthread_t thread;
-  int32_t device; /* current device of the thread that created it */
+  int32_t device;  /* current device of the thread that created it */
+  uint64_t ctx;    /* the id of its context */
+  bool is_default; /* its context's default stream */
+  atomic_uint overflow_switch; /* aclrtSetStreamOverflowSwitch */
   /* Configuration (aclrtCreateStreamWithConfig, V2); fixed at creation. */
   uint32_t flags;
   uint32_t priority;
@@ -75,7 +85,12 @@ static void forget(aipc__handle *h);
 static void fork_hold(aipc__handle *h, bool hold);
 static const aipc__handle_ops g_ops = {"stream", release, forget, fork_hold};
 static aipc__handles g_streams = AIPC__HANDLES_INIT(&g_ops);
-static stream *g_default; /* the NULL stream, created lazily; under the registry lock */
+/* Context id -> its default stream (borrowed: the registry holds the
+ * reference; an entry goes before its stream leaves the registry). */
+static pthread_mutex_t g_defaults_mu = PTHREAD_MUTEX_INITIALIZER;
+static aipc__hmap g_defaults = AIPC__HMAP_INIT;
+
+static aipc__hkey ctx_key(uint64_t id) { return (aipc__hkey){id, 0}; }
 
 /* A task the stream will never run: its drop hook (a record completes its
  * event with err), then its free. */
@@ -170,7 +185,8 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-static aclError stream_new(const char *call, uint32_t flags, uint32_t priority, stream **out) {
+static aclError stream_new(const char *call, uint64_t ctx, int32_t device, uint32_t flags, uint32_t priority,
+                           stream **out) {
   stream *s = calloc(1, sizeof *s);
   if (!s) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
   pthread_mutex_init(&s->mu, NULL);
@@ -178,7 +194,8 @@ static aclError stream_new(const char *call, uint32_t flags, uint32_t priority, 
   pthread_cond_init(&s->idle, NULL);
   aipc__handle_init(&s->h);
   atomic_init(&s->cancel, false);
-  s->device = aipc__device_current();
+  s->device = device;
+  s->ctx = ctx;
   s->flags = flags;
   s->priority = priority;
   s->id = atomic_fetch_add(&g_next_id, 1);
@@ -229,17 +246,37 @@ static aclError get(const char *call, aclrtStream h, stream **out) {
     if (rc == ACL_SUCCESS) *out = (stream *)o;
     return rc;
   }
-  aclError rc = ACL_SUCCESS;
+  uint64_t ctx;
+  int32_t device;
+  aclError rc = aipc__ctx_current(call, &ctx, &device);
+  if (rc) return rc;
   bool made = false;
-  aipc__handles_lock(&g_streams);
-  if (!g_default) made = (rc = stream_new(call, 0, 0, &g_default)) == ACL_SUCCESS;
-  if (rc == ACL_SUCCESS) {
-    aipc__handle_ref(&g_default->h);
-    *out = g_default;
+  pthread_mutex_lock(&g_defaults_mu);
+  stream *s = aipc__hmap_get(&g_defaults, ctx_key(ctx));
+  if (!s) {
+    if ((rc = stream_new(call, ctx, device, 0, 0, &s)) == ACL_SUCCESS) {
+      s->is_default = true;
+      aipc__handle_ref(&s->h); /* the map's, until it is registered */
+      if ((rc = aipc__handles_add(&g_streams, call, &s->h)) == ACL_SUCCESS &&
+          aipc__hmap_put(&g_defaults, ctx_key(ctx), s) != 0) {
+        aipc__handle *o;
+        if (aipc__handles_remove(&g_streams, call, s, &o) == ACL_SUCCESS) stream_shutdown(s, false);
+        rc = aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+      }
+      if (rc) {
+        put(s);
+        s = NULL;
+      }
+      made = rc == ACL_SUCCESS;
+    }
+  } else {
+    aipc__handle_ref(&s->h);
   }
-  aipc__handles_unlock(&g_streams);
-  if (made) aipc__stream_state_notify(NULL, ACL_RT_STREAM_STATE_CREATE_POST);
-  return rc;
+  pthread_mutex_unlock(&g_defaults_mu);
+  if (rc) return rc;
+  if (made) aipc__stream_state_notify(s, ACL_RT_STREAM_STATE_CREATE_POST);
+  *out = s;
+  return ACL_SUCCESS;
 }
 
 aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
@@ -307,9 +344,12 @@ aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device) {
 
 static aclError create(const char *call, aclrtStream *stream_out, uint32_t flags, uint32_t priority) {
   if (!stream_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", call);
-  stream *s = NULL;
-  aclError rc = stream_new(call, flags, priority, &s);
+  uint64_t ctx;
+  int32_t device;
+  aclError rc = aipc__ctx_current(call, &ctx, &device); /* streams are created in the current context */
   if (rc) return rc;
+  stream *s = NULL;
+  if ((rc = stream_new(call, ctx, device, flags, priority, &s))) return rc;
   if ((rc = aipc__handles_add(&g_streams, call, &s->h))) return rc;
   *stream_out = s;
   aipc__stream_state_notify(s, ACL_RT_STREAM_STATE_CREATE_POST);
@@ -334,11 +374,15 @@ aclError aipc__emu_create_stream_v2(aclrtStream *stream_out, const aclrtStreamCo
 
 static aclError destroy(const char *call, aclrtStream h, bool force) {
   if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: the default stream (NULL) cannot be destroyed", call);
-  stream *live = NULL; /* DESTROY_PRE: the callbacks see a stream still usable */
-  aclError rc = get(call, h, &live);
+  stream *s = NULL;
+  aclError rc = get(call, h, &s);
   if (rc) return rc;
-  put(live);
-  aipc__stream_state_notify(h, ACL_RT_STREAM_STATE_DESTROY_PRE);
+  bool is_default = s->is_default;
+  put(s);
+  if (is_default)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is a context's default stream, which cannot be destroyed",
+                      call, h);
+  aipc__stream_state_notify(h, ACL_RT_STREAM_STATE_DESTROY_PRE); /* the callbacks see a stream still usable */
   aipc__handle *o;
   rc = aipc__handles_remove(&g_streams, call, h, &o);
   if (rc) return rc;
@@ -650,29 +694,124 @@ aclError aipc__emu_memset_async(void *devPtr, size_t maxCount, int32_t value, si
 /* ---- teardown and fork ------------------------------------------------ */
 
 void aipc__stream_finalize(void) {
+  pthread_mutex_lock(&g_defaults_mu);
+  aipc__hmap_clear(&g_defaults);
+  pthread_mutex_unlock(&g_defaults_mu);
   aipc__handles_finalize(&g_streams);
-  aipc__handles_lock(&g_streams);
-  stream *s = g_default;
-  g_default = NULL;
-  aipc__handles_unlock(&g_streams);
-  if (s) stream_shutdown(s, false);
 }
 
-static bool on_device(aipc__handle *h, void *device) { return ((stream *)h)->device == *(int32_t *)device; }
+/* The streams that match, referenced, in a malloc'ed array (*n of them):
+ * take_if's match runs under the registry lock and takes nothing. */
+typedef struct collect {
+  bool (*match)(stream *s, const void *arg);
+  const void *arg;
+  stream **v;
+  size_t n, cap;
+  bool oom;
+} collect;
+
+static bool collect_one(aipc__handle *h, void *arg) {
+  collect *c = arg;
+  stream *s = (stream *)h;
+  if (!c->match(s, c->arg)) return false;
+  if (c->n == c->cap) {
+    size_t cap = c->cap ? 2 * c->cap : 16;
+    stream **v = realloc(c->v, cap * sizeof *v);
+    if (!v) {
+      c->oom = true;
+      return false;
+    }
+    c->v = v;
+    c->cap = cap;
+  }
+  aipc__handle_ref(&s->h);
+  c->v[c->n++] = s;
+  return false;
+}
+
+static void collect_streams(collect *c) { (void)aipc__handles_take_if(&g_streams, collect_one, c); }
+
+static void collect_put(collect *c) {
+  for (size_t i = 0; i < c->n; i++) put(c->v[i]);
+  free(c->v);
+}
+
+static void wait_drained(stream *s) {
+  pthread_mutex_lock(&s->mu);
+  while (s->pending > 0) pthread_cond_wait(&s->idle, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static bool default_on(stream *s, const void *device) { return s->is_default && s->device == *(const int32_t *)device; }
+
+static bool on_device(aipc__handle *h, void *device) {
+  stream *s = (stream *)h;
+  return !s->is_default && s->device == *(int32_t *)device;
+}
 
 void aipc__stream_reset_device(int32_t device) {
-  aipc__handles_lock(&g_streams);
-  stream *d = g_default;
-  if (d) aipc__handle_ref(&d->h);
-  aipc__handles_unlock(&g_streams);
-  if (d) { /* its work is waited for, as CANN documents; its errors stay for aclrtSynchronizeStream */
-    pthread_mutex_lock(&d->mu);
-    while (d->pending > 0) pthread_cond_wait(&d->idle, &d->mu);
-    pthread_mutex_unlock(&d->mu);
-    put(d);
-  }
+  /* The default streams' work is waited for, as CANN documents; their errors
+   * stay for aclrtSynchronizeStream. */
+  collect c = {default_on, &device, NULL, 0, 0, false};
+  collect_streams(&c);
+  for (size_t i = 0; i < c.n; i++) wait_drained(c.v[i]);
+  collect_put(&c);
   for (aipc__handle *h; (h = aipc__handles_take_if(&g_streams, on_device, &device));)
     stream_shutdown((stream *)h, true);
+}
+
+static bool in_ctx(aipc__handle *h, void *ctx) { return ((stream *)h)->ctx == *(uint64_t *)ctx; }
+
+void aipc__stream_destroy_context(uint64_t id) {
+  pthread_mutex_lock(&g_defaults_mu);
+  (void)aipc__hmap_remove(&g_defaults, ctx_key(id));
+  pthread_mutex_unlock(&g_defaults_mu);
+  for (aipc__handle *h; (h = aipc__handles_take_if(&g_streams, in_ctx, &id));) stream_shutdown((stream *)h, false);
+}
+
+aclError aipc__stream_default_handle(const char *call, aclrtStream *out) {
+  stream *s = NULL;
+  aclError rc = get(call, NULL, &s);
+  if (rc) return rc;
+  *out = s;
+  put(s);
+  return ACL_SUCCESS;
+}
+
+static bool on_dev(stream *s, const void *device) { return s->device == *(const int32_t *)device; }
+
+aclError aipc__stream_synchronize_device(const char *call, int32_t device) {
+  collect c = {on_dev, &device, NULL, 0, 0, false};
+  collect_streams(&c);
+  if (c.oom) {
+    collect_put(&c);
+    return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+  }
+  aclError rc = ACL_SUCCESS;
+  char msg[sizeof c.v[0]->msg] = "";
+  for (size_t i = 0; i < c.n; i++) {
+    stream *s = c.v[i];
+    pthread_mutex_lock(&s->mu);
+    while (s->pending > 0) pthread_cond_wait(&s->idle, &s->mu);
+    if (s->err && rc == ACL_SUCCESS) {
+      rc = s->err;
+      memcpy(msg, s->msg, sizeof msg);
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+  collect_put(&c);
+  if (rc) return aipc__fail(rc, "%s: queued work on device %d failed: %s", call, (int)device, msg);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__stream_overflow_switch(const char *call, aclrtStream h, const uint32_t *set, uint32_t *get_out) {
+  stream *s = NULL;
+  aclError rc = get(call, h, &s);
+  if (rc) return rc;
+  if (set) atomic_store(&s->overflow_switch, *set);
+  if (get_out) *get_out = atomic_load(&s->overflow_switch);
+  put(s);
+  return ACL_SUCCESS;
 }
 
 /* Fork: hold the registry and every stream's queue still, so the child
@@ -690,19 +829,17 @@ static void forget(aipc__handle *h) {
 }
 
 void aipc__stream_atfork_prepare(void) {
+  pthread_mutex_lock(&g_defaults_mu);
   aipc__handles_atfork_prepare(&g_streams);
-  if (g_default) fork_hold(&g_default->h, true);
 }
 
 void aipc__stream_atfork_parent(void) {
-  if (g_default) fork_hold(&g_default->h, false);
   aipc__handles_atfork_parent(&g_streams);
+  pthread_mutex_unlock(&g_defaults_mu);
 }
 
 void aipc__stream_atfork_child(void) {
-  aipc__handles_atfork_child(&g_streams);
-  if (g_default) {
-    forget(&g_default->h);
-    g_default = NULL;
-  }
+  aipc__handles_atfork_child(&g_streams); /* forgets the default streams too */
+  aipc__hmap_clear(&g_defaults);
+  pthread_mutex_init(&g_defaults_mu, NULL);
 }
