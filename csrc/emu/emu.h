@@ -168,8 +168,25 @@ struct aipc__task {
 /* Queues t on stream h (NULL: the default stream). Takes t in every case:
  * on failure it is freed unrun. */
 aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t);
+/* The same, writing the task's id on its stream (aclrtGetThreadLastTaskId)
+ * to *id before the task can run. */
+aclError aipc__stream_submit_id(const char *call, aclrtStream h, aipc__task *t, uint32_t *id);
 /* The device stream h was created on (NULL: the calling thread's current device). */
 aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device);
+/* Stream h's id (NULL: the default stream's), unique among this process's
+ * streams since it started. */
+aclError aipc__stream_id(const char *call, aclrtStream h, uint32_t *id);
+/* The id of the last task the calling thread queued on a stream it created
+ * (false: none yet). */
+bool aipc__stream_last_task(uint32_t *id);
+/* Marks the calling thread as doing stream h's work (a callback its worker
+ * waits for) until aipc__stream_leave(returned value): meanwhile a
+ * synchronize or destroy of that stream from this thread fails instead of
+ * waiting for itself. A stream's worker is so marked while it runs tasks. */
+const void *aipc__stream_enter(aclrtStream h);
+void aipc__stream_leave(const void *prev);
+/* Whether the calling thread is doing some stream's work (see above). */
+bool aipc__stream_in_task(void);
 
 /* ---- vmm.c: reservations, physical allocations, their mappings ----------- */
 

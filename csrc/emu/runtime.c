@@ -8,6 +8,7 @@
  * fails on a loop):
  *
  *   runtime.c                       this file: lifecycle and the provider table
+ *   callback.c  kernel.c            host work and kernels queued on streams
  *   event.c  notify.c  vmm.c        events, notifies, physical memory (shared through ipc/)
  *   ipc/                            keys, exporter, importer, the wire
  *   stream.c                        streams and their workers
@@ -16,7 +17,7 @@
  *   core/  os/                      containers, errors, platform calls
  *
  * Lock order, outermost first, the same as the call order above:
- *   event -> notify -> vmm -> IPC layer (a connection's, then the importer's;
+ *   callback, kernel (never held while calling others) -> event -> notify -> vmm -> IPC layer (a connection's, then the importer's;
  *   or the exporter's) -> streams -> memory
  * A module may hold its lock while calling a module to its right, never the
  * other way round; fork's prepare takes them in this order, the parent's and
@@ -28,6 +29,8 @@
 #include "emu_internal.h"
 
 static void atfork_prepare(void) {
+  aipc__callback_atfork_prepare();
+  aipc__kernel_atfork_prepare();
   aipc__event_atfork_prepare();
   aipc__notify_atfork_prepare();
   aipc__vmm_atfork_prepare();
@@ -43,6 +46,8 @@ static void atfork_parent(void) {
   aipc__vmm_atfork_parent();
   aipc__notify_atfork_parent();
   aipc__event_atfork_parent();
+  aipc__kernel_atfork_parent();
+  aipc__callback_atfork_parent();
 }
 
 static void atfork_child(void) {
@@ -52,6 +57,8 @@ static void atfork_child(void) {
   aipc__vmm_atfork_child();
   aipc__event_atfork_child();
   aipc__notify_atfork_child();
+  aipc__kernel_atfork_child();
+  aipc__callback_atfork_child();
 }
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -90,10 +97,16 @@ aclError aipc__emu_init(const char *configPath) {
 }
 
 aclError aipc__emu_finalize(void) {
+  if (aipc__stream_in_task())
+    return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR,
+                      "aclFinalize: called from a callback or task of a stream, it would wait for itself");
   /* Streams first (their queued work touches events, notifies and memory),
    * then what shares through the IPC layer, then the IPC layer (it unpins
-   * and removes its blocks), then whatever memory is left. */
+   * and removes its blocks), then whatever memory is left. Callbacks no
+   * thread will run are dropped first, so no stream waits for them. */
+  aipc__callback_finalize();
   aipc__stream_finalize();
+  aipc__kernel_finalize();
   aipc__event_finalize();
   aipc__notify_finalize();
   aipc__vmm_finalize();

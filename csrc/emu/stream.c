@@ -39,6 +39,8 @@ typedef struct stream {
   char msg[512];
   pthread_t thread;
   int32_t device; /* current device of the thread that created it */
+  uint32_t id;     /* aipc__stream_id */
+  uint32_t task_seq; /* the last task id given out, under mu */
 } stream;
 _Static_assert(offsetof(stream, h) == 0, "a stream's address is its registry head's");
 
@@ -48,6 +50,12 @@ static void fork_hold(aipc__handle *h, bool hold);
 static const aipc__handle_ops g_ops = {"stream", release, forget, fork_hold};
 static aipc__handles g_streams = AIPC__HANDLES_INIT(&g_ops);
 static stream *g_default; /* the NULL stream, created lazily; under the registry lock */
+static atomic_uint g_next_id;
+/* The stream whose work this thread does (its worker, or a callback it waits
+ * for): a synchronize or destroy of it from here would wait for itself. */
+static _Thread_local const void *tl_running;
+static _Thread_local bool tl_has_last;
+static _Thread_local uint32_t tl_last_task; /* aclrtGetThreadLastTaskId */
 
 static void free_tasks(stream *s) {
   for (aipc__task *t = s->head, *next; t; t = next) {
@@ -78,6 +86,7 @@ static void put(stream *s) {
 
 static void *worker(void *arg) {
   stream *s = arg;
+  tl_running = s;
   pthread_mutex_lock(&s->mu);
   s->started = true;
   pthread_cond_broadcast(&s->idle);
@@ -112,6 +121,7 @@ static aclError stream_new(const char *call, stream **out) {
   aipc__handle_init(&s->h);
   atomic_init(&s->cancel, false);
   s->device = aipc__device_current();
+  s->id = atomic_fetch_add(&g_next_id, 1);
   int e = aipc__os_thread_start(&s->thread, worker, s);
   if (e != 0) {
     put(s);
@@ -169,6 +179,10 @@ static aclError get(const char *call, aclrtStream h, stream **out) {
 }
 
 aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
+  return aipc__stream_submit_id(call, h, t, NULL);
+}
+
+aclError aipc__stream_submit_id(const char *call, aclrtStream h, aipc__task *t, uint32_t *id) {
   stream *s = NULL;
   aclError rc = get(call, h, &s);
   if (rc) {
@@ -182,6 +196,12 @@ aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
     t->free(t);
     put(s);
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is being destroyed", call, h);
+  }
+  uint32_t tid = ++s->task_seq;
+  if (id) *id = tid;
+  if (h) { /* CANN counts the tasks of streams the user created */
+    tl_last_task = tid;
+    tl_has_last = true;
   }
   if (s->tail)
     s->tail->next = t;
@@ -208,6 +228,46 @@ aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device) {
   return ACL_SUCCESS;
 }
 
+aclError aipc__stream_id(const char *call, aclrtStream h, uint32_t *id) {
+  stream *s = NULL;
+  aclError rc = get(call, h, &s);
+  if (rc) return rc;
+  *id = s->id;
+  put(s);
+  return ACL_SUCCESS;
+}
+
+bool aipc__stream_last_task(uint32_t *id) {
+  *id = tl_last_task;
+  return tl_has_last;
+}
+
+const void *aipc__stream_enter(aclrtStream h) {
+  const void *prev = tl_running;
+  if (h) {
+    tl_running = h; /* compared, never dereferenced */
+  } else {
+    aipc__handles_lock(&g_streams);
+    tl_running = g_default;
+    aipc__handles_unlock(&g_streams);
+  }
+  return prev;
+}
+
+void aipc__stream_leave(const void *prev) { tl_running = prev; }
+
+bool aipc__stream_in_task(void) { return tl_running != NULL; }
+
+/* A wait for s from the thread doing s's work would never end. */
+static aclError check_not_self(const char *call, const stream *s) {
+  if (s && tl_running == s)
+    return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR,
+                      "%s: called from a callback or task of this stream, it would wait for itself (CANN: a "
+                      "callback must not synchronize or destroy its own stream)",
+                      call);
+  return ACL_SUCCESS;
+}
+
 aclError aipc__emu_create_stream(aclrtStream *stream_out) {
   const char *call = AIPC_CALL_NAME(create_stream);
   if (!stream_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", call);
@@ -222,7 +282,9 @@ aclError aipc__emu_create_stream(aclrtStream *stream_out) {
 static aclError destroy(const char *call, aclrtStream h, bool force) {
   if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: the default stream (NULL) cannot be destroyed", call);
   aipc__handle *o;
-  aclError rc = aipc__handles_remove(&g_streams, call, h, &o);
+  aclError rc = check_not_self(call, h);
+  if (rc) return rc;
+  rc = aipc__handles_remove(&g_streams, call, h, &o);
   if (rc) return rc;
   stream_shutdown((stream *)o, force);
   return ACL_SUCCESS;
@@ -257,6 +319,10 @@ static aclError synchronize(const char *call, aclrtStream h, int64_t timeout_ms)
   stream *s = NULL;
   aclError rc = get(call, h, &s);
   if (rc) return rc;
+  if ((rc = check_not_self(call, s))) {
+    put(s);
+    return rc;
+  }
   char msg[sizeof s->msg];
   pthread_mutex_lock(&s->mu);
   if (!wait_idle(s, timeout_ms)) {
