@@ -234,10 +234,10 @@ TEST(fault_fails_the_task_and_reaches_the_callback) {
   /* any other code is the AI Core exception */
   code = 12345;
   aclrtArgsHandle a3 = args_of(f, p, n, 3);
-  CHECK_OK(aclrtLaunchKernelWithConfig(f, 1, s, NULL, a3, NULL));
+  CHECK_OK(aclrtLaunchKernelWithConfig(f, 3, s, NULL, a3, NULL));
   CHECK_ACL(aclrtSynchronizeStream(s), ACL_ERROR_RT_AICORE_EXCEPTION);
   CHECK_OK(aclrtSetExceptionInfoCallback(NULL));
-  CHECK_OK(aclrtLaunchKernelWithConfig(f, 1, s, NULL, a3, NULL));
+  CHECK_OK(aclrtLaunchKernelWithConfig(f, 3, s, NULL, a3, NULL));
   CHECK_ACL(aclrtSynchronizeStream(s), ACL_ERROR_RT_AICORE_EXCEPTION);
   CHECK_EQ(atomic_load(&g_exc.calls), 3);
   CHECK_OK(aclFinalize());
