@@ -287,7 +287,7 @@ static aclError process(sub_kind k, const char *call, int32_t timeout) {
     if (!q->head) q->tail = NULL;
     it->state = ITEM_RUNNING;
     pthread_mutex_unlock(&g_mu);
-    const void *prev = aipc__stream_enter(it->stream);
+    aipc__stream_mark prev = aipc__stream_enter(it->stream_id);
     it->fn(it->arg);
     aipc__stream_leave(prev);
     pthread_mutex_lock(&g_mu);

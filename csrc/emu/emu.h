@@ -179,12 +179,16 @@ aclError aipc__stream_id(const char *call, aclrtStream h, uint32_t *id);
 /* The id of the last task the calling thread queued on a stream it created
  * (false: none yet). */
 bool aipc__stream_last_task(uint32_t *id);
-/* Marks the calling thread as doing stream h's work (a callback its worker
- * waits for) until aipc__stream_leave(returned value): meanwhile a
- * synchronize or destroy of that stream from this thread fails instead of
- * waiting for itself. A stream's worker is so marked while it runs tasks. */
-const void *aipc__stream_enter(aclrtStream h);
-void aipc__stream_leave(const void *prev);
+/* Marks the calling thread as doing the work of the stream of id stream_id
+ * (a callback its worker waits for) until aipc__stream_leave(returned
+ * value): meanwhile a synchronize or destroy of that stream from this thread
+ * fails instead of waiting for itself. A stream's worker is so marked. */
+typedef struct aipc__stream_mark {
+  bool in;
+  uint32_t id;
+} aipc__stream_mark;
+aipc__stream_mark aipc__stream_enter(uint32_t stream_id);
+void aipc__stream_leave(aipc__stream_mark prev);
 /* Whether the calling thread is doing some stream's work (see above). */
 bool aipc__stream_in_task(void);
 

@@ -50,10 +50,10 @@ static void fork_hold(aipc__handle *h, bool hold);
 static const aipc__handle_ops g_ops = {"stream", release, forget, fork_hold};
 static aipc__handles g_streams = AIPC__HANDLES_INIT(&g_ops);
 static stream *g_default; /* the NULL stream, created lazily; under the registry lock */
-static atomic_uint g_next_id;
+static atomic_uint g_next_id = 1;
 /* The stream whose work this thread does (its worker, or a callback it waits
  * for): a synchronize or destroy of it from here would wait for itself. */
-static _Thread_local const void *tl_running;
+static _Thread_local aipc__stream_mark tl_running;
 static _Thread_local bool tl_has_last;
 static _Thread_local uint32_t tl_last_task; /* aclrtGetThreadLastTaskId */
 
@@ -86,7 +86,7 @@ static void put(stream *s) {
 
 static void *worker(void *arg) {
   stream *s = arg;
-  tl_running = s;
+  tl_running = (aipc__stream_mark){true, s->id};
   pthread_mutex_lock(&s->mu);
   s->started = true;
   pthread_cond_broadcast(&s->idle);
@@ -242,25 +242,19 @@ bool aipc__stream_last_task(uint32_t *id) {
   return tl_has_last;
 }
 
-const void *aipc__stream_enter(aclrtStream h) {
-  const void *prev = tl_running;
-  if (h) {
-    tl_running = h; /* compared, never dereferenced */
-  } else {
-    aipc__handles_lock(&g_streams);
-    tl_running = g_default;
-    aipc__handles_unlock(&g_streams);
-  }
+aipc__stream_mark aipc__stream_enter(uint32_t stream_id) {
+  aipc__stream_mark prev = tl_running;
+  tl_running = (aipc__stream_mark){true, stream_id};
   return prev;
 }
 
-void aipc__stream_leave(const void *prev) { tl_running = prev; }
+void aipc__stream_leave(aipc__stream_mark prev) { tl_running = prev; }
 
-bool aipc__stream_in_task(void) { return tl_running != NULL; }
+bool aipc__stream_in_task(void) { return tl_running.in; }
 
 /* A wait for s from the thread doing s's work would never end. */
 static aclError check_not_self(const char *call, const stream *s) {
-  if (s && tl_running == s)
+  if (s && tl_running.in && tl_running.id == s->id)
     return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR,
                       "%s: called from a callback or task of this stream, it would wait for itself (CANN: a "
                       "callback must not synchronize or destroy its own stream)",
@@ -281,9 +275,13 @@ aclError aipc__emu_create_stream(aclrtStream *stream_out) {
 
 static aclError destroy(const char *call, aclrtStream h, bool force) {
   if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: the default stream (NULL) cannot be destroyed", call);
-  aipc__handle *o;
-  aclError rc = check_not_self(call, h);
+  stream *live = NULL;
+  aclError rc = get(call, h, &live);
   if (rc) return rc;
+  rc = check_not_self(call, live);
+  put(live);
+  if (rc) return rc;
+  aipc__handle *o;
   rc = aipc__handles_remove(&g_streams, call, h, &o);
   if (rc) return rc;
   stream_shutdown((stream *)o, force);
