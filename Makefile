@@ -81,6 +81,12 @@ $(PROGRAMS): $(LIB) $(INTERNAL_LIB)
 	$(CC) $(CFLAGS_ALL) -o $@ $(filter %.c,$^) \
 	  $(if $(filter %_internal,$@),$(INTERNAL_LIB),-L$(BUILD) -lascendcl_emu $(RPATH)) $(LDLIBS_ALL)
 
+# test_kernel's device binary: host kernels on the emulator's ABI (ascend_ipc/kernel.h).
+$(BUILD)/tests/test_kernels.so: tests/c/kernels/test_kernels.c csrc/include/ascend_ipc/kernel.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -shared -o $@ $< $(LDLIBS_ALL)
+$(BUILD)/tests/test_kernel: $(BUILD)/tests/test_kernels.so
+
 # Each C test binary runs as a target of its own, CTEST_JOBS at a time (its
 # tests already run each in a process of their own), output kept per binary.
 CTEST_JOBS ?= 2

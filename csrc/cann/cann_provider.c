@@ -114,6 +114,8 @@ static aclError missing_call(const char *symbol, const char *since) {
 #define MISSING_RESULT_aclError(symbol, since) missing_call(symbol, since)
 #define MISSING_RESULT_aipc_cstr(symbol, since) NULL
 #define MISSING_RESULT_aipc_stream_config_ptr(symbol, since) ((void)missing_call(symbol, since), NULL)
+/* The exception-info getters: CANN's value for "no such information". */
+#define MISSING_RESULT_uint32_t(symbol, since) ((void)missing_call(symbol, since), 0xFFFFFFFFu)
 
 /* One stub per call of core/calls.h, used where the library lacks it. */
 #define STUB_(ret, symbol, field, params, args, since, need) \

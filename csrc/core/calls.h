@@ -13,7 +13,7 @@
  * emulator. AIPC_CALLS is every part's list in one.
  *
  * X(ret, symbol, field, params, args, since, need)
- *   ret     return type, one token: aclError, or aipc_cstr (const char *)
+ *   ret     return type, one token: aclError, uint32_t, or aipc_cstr (const char *)
  *   symbol  the CANN name
  *   field   the provider table's field, also the emulator's function suffix
  *   params  the parameter list, parenthesised, as CANN declares it
@@ -279,7 +279,64 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
   X(aclError, aclrtRandomNumAsync, random_num_async, (const aclrtRandomNumTaskInfo *taskInfo, const aclrtStream stream, void *reserve),                                 \
     (taskInfo, stream, reserve), NULL, OPTIONAL)
 
-#define AIPC_CALLS_TASK(X) /* callbacks, host functions, exceptions, kernels */
+/* callbacks, host functions, exceptions, kernels */
+#define AIPC_CALLS_TASK(X)                                                                                          \
+  X(aclError, aclrtLaunchCallback, launch_callback,                                                            \
+    (aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType, aclrtStream stream),                  \
+    (fn, userData, blockType, stream), NULL, OPTIONAL)                                                         \
+  X(aclError, aclrtSubscribeReport, subscribe_report, (uint64_t threadId, aclrtStream stream), (threadId, stream), \
+    NULL, OPTIONAL)                                                                                            \
+  X(aclError, aclrtProcessReport, process_report, (int32_t timeout), (timeout), NULL, OPTIONAL)                \
+  X(aclError, aclrtUnSubscribeReport, unsubscribe_report, (uint64_t threadId, aclrtStream stream),             \
+    (threadId, stream), NULL, OPTIONAL)                                                                        \
+  X(aclError, aclrtLaunchHostFunc, launch_host_func, (aclrtStream stream, aclrtHostFunc fn, void *args),       \
+    (stream, fn, args), NULL, OPTIONAL)                                                                        \
+  X(aclError, aclrtSubscribeHostFunc, subscribe_host_func, (uint64_t hostFuncThreadId, aclrtStream exeStream), \
+    (hostFuncThreadId, exeStream), NULL, OPTIONAL)                                                             \
+  X(aclError, aclrtProcessHostFunc, process_host_func, (int32_t timeout), (timeout), NULL, OPTIONAL)           \
+  X(aclError, aclrtUnSubscribeHostFunc, unsubscribe_host_func, (uint64_t hostFuncThreadId, aclrtStream exeStream), \
+    (hostFuncThreadId, exeStream), NULL, OPTIONAL)                                                             \
+  X(aclError, aclrtSetExceptionInfoCallback, set_exception_info_callback, (aclrtExceptionInfoCallback callback), \
+    (callback), NULL, OPTIONAL)                                                                                \
+  X(uint32_t, aclrtGetTaskIdFromExceptionInfo, get_task_id_from_exception_info, (const aclrtExceptionInfo *info), \
+    (info), NULL, OPTIONAL)                                                                                    \
+  X(uint32_t, aclrtGetStreamIdFromExceptionInfo, get_stream_id_from_exception_info,                            \
+    (const aclrtExceptionInfo *info), (info), NULL, OPTIONAL)                                                  \
+  X(uint32_t, aclrtGetThreadIdFromExceptionInfo, get_thread_id_from_exception_info,                            \
+    (const aclrtExceptionInfo *info), (info), NULL, OPTIONAL)                                                  \
+  X(uint32_t, aclrtGetDeviceIdFromExceptionInfo, get_device_id_from_exception_info,                            \
+    (const aclrtExceptionInfo *info), (info), NULL, OPTIONAL)                                                  \
+  X(uint32_t, aclrtGetErrorCodeFromExceptionInfo, get_error_code_from_exception_info,                          \
+    (const aclrtExceptionInfo *info), (info), NULL, OPTIONAL)                                                  \
+  X(aclError, aclrtGetArgsFromExceptionInfo, get_args_from_exception_info,                                     \
+    (const aclrtExceptionInfo *info, void **devArgsPtr, uint32_t *devArgsLen), (info, devArgsPtr, devArgsLen), \
+    NULL, OPTIONAL)                                                                                            \
+  X(aclError, aclrtGetFuncHandleFromExceptionInfo, get_func_handle_from_exception_info,                        \
+    (const aclrtExceptionInfo *info, aclrtFuncHandle *func), (info, func), NULL, OPTIONAL)                     \
+  X(aclError, aclrtGetThreadLastTaskId, get_thread_last_task_id, (uint32_t * taskId), (taskId), NULL, OPTIONAL) \
+  X(aclError, aclrtBinaryLoadFromFile, binary_load_from_file,                                                  \
+    (const char *binPath, aclrtBinaryLoadOptions *options, aclrtBinHandle *binHandle),                         \
+    (binPath, options, binHandle), NULL, OPTIONAL)                                                             \
+  X(aclError, aclrtBinaryUnLoad, binary_unload, (aclrtBinHandle binHandle), (binHandle), NULL, OPTIONAL)       \
+  X(aclError, aclrtBinaryGetFunction, binary_get_function,                                                     \
+    (const aclrtBinHandle binHandle, const char *kernelName, aclrtFuncHandle *funcHandle),                     \
+    (binHandle, kernelName, funcHandle), NULL, OPTIONAL)                                                       \
+  X(aclError, aclrtKernelArgsInit, kernel_args_init, (aclrtFuncHandle funcHandle, aclrtArgsHandle *argsHandle), \
+    (funcHandle, argsHandle), NULL, OPTIONAL)                                                                  \
+  X(aclError, aclrtKernelArgsAppend, kernel_args_append,                                                       \
+    (aclrtArgsHandle argsHandle, void *param, size_t paramSize, aclrtParamHandle *paramHandle),                \
+    (argsHandle, param, paramSize, paramHandle), NULL, OPTIONAL)                                               \
+  X(aclError, aclrtKernelArgsAppendPlaceHolder, kernel_args_append_place_holder,                               \
+    (aclrtArgsHandle argsHandle, aclrtParamHandle *paramHandle), (argsHandle, paramHandle), NULL, OPTIONAL)    \
+  X(aclError, aclrtKernelArgsGetPlaceHolderBuffer, kernel_args_get_place_holder_buffer,                        \
+    (aclrtArgsHandle argsHandle, aclrtParamHandle paramHandle, size_t dataSize, void **bufferAddr),            \
+    (argsHandle, paramHandle, dataSize, bufferAddr), NULL, OPTIONAL)                                           \
+  X(aclError, aclrtKernelArgsFinalize, kernel_args_finalize, (aclrtArgsHandle argsHandle), (argsHandle), NULL, \
+    OPTIONAL)                                                                                                  \
+  X(aclError, aclrtLaunchKernelWithConfig, launch_kernel_with_config,                                          \
+    (aclrtFuncHandle funcHandle, uint32_t numBlocks, aclrtStream stream, aclrtLaunchKernelCfg *cfg,            \
+     aclrtArgsHandle argsHandle, void *reserve),                                                               \
+    (funcHandle, numBlocks, stream, cfg, argsHandle, reserve), NULL, OPTIONAL)
 
 #define AIPC_CALLS_MODEL(X) /* managed and registered host memory, allocators, labels, model runtime instances */
 

@@ -175,12 +175,33 @@ struct aipc__task {
 /* Queues t on stream h (NULL: the default stream). Takes t in every case:
  * on failure it is freed unrun. */
 aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t);
+/* The same, writing the task's id on its stream (aclrtGetThreadLastTaskId)
+ * to *id before the task can run. */
+aclError aipc__stream_submit_id(const char *call, aclrtStream h, aipc__task *t, uint32_t *id);
 /* The device stream h was created on (NULL: the calling thread's current device). */
 aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device);
 /* Runs every registered stream state callback (aclrtRegStreamStateCallback)
  * for stream h on the runtime's callback thread, and returns when they have
  * run (at once when called from a callback). Called with no lock held. */
 void aipc__stream_state_notify(aclrtStream h, aclrtStreamState state);
+/* Stream h's id (NULL: the default stream's), unique among this process's
+ * streams since it started. */
+aclError aipc__stream_id(const char *call, aclrtStream h, uint32_t *id);
+/* The id of the last task the calling thread queued on a stream it created
+ * (false: none yet). */
+bool aipc__stream_last_task(uint32_t *id);
+/* Marks the calling thread as doing the work of the stream of id stream_id
+ * (a callback its worker waits for) until aipc__stream_leave(returned
+ * value): meanwhile a synchronize or destroy of that stream from this thread
+ * fails instead of waiting for itself. A stream's worker is so marked. */
+typedef struct aipc__stream_mark {
+  bool in;
+  uint32_t id;
+} aipc__stream_mark;
+aipc__stream_mark aipc__stream_enter(uint32_t stream_id);
+void aipc__stream_leave(aipc__stream_mark prev);
+/* Whether the calling thread is doing some stream's work (see above). */
+bool aipc__stream_in_task(void);
 
 /* ---- vmm.c: reservations, physical allocations, their mappings ----------- */
 

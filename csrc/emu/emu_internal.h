@@ -69,6 +69,27 @@ void aipc__notify_atfork_prepare(void);
 void aipc__notify_atfork_parent(void);
 void aipc__notify_atfork_child(void);
 
+/* callback.c, kernel.c: host work and kernels on streams. Their locks come
+ * first in the lock order (they call streams with none held). aclFinalize:
+ * the callbacks' part runs before the streams drain (items that no thread
+ * will run are dropped, so no worker waits for ever), the kernels' after. */
+typedef struct aipc__exception {
+  uint32_t task_id, stream_id, thread_id, device_id, error_code;
+  void *func;    /* the kernel's aclrtFuncHandle */
+  void *args;    /* its argument buffer, valid during the callback */
+  uint32_t args_len;
+} aipc__exception;
+/* Calls the process's exception callback, if any, with e (callback.c). */
+void aipc__exception_report(const aipc__exception *e);
+void aipc__callback_finalize(void);
+void aipc__callback_atfork_prepare(void);
+void aipc__callback_atfork_parent(void);
+void aipc__callback_atfork_child(void);
+void aipc__kernel_finalize(void);
+void aipc__kernel_atfork_prepare(void);
+void aipc__kernel_atfork_parent(void);
+void aipc__kernel_atfork_child(void);
+
 /* device.c */
 void aipc__device_finalize(void);
 /* aclrtResetDeviceForce's check and claim: every aclrtSetDevice of deviceId

@@ -8,6 +8,7 @@
  * fails on a loop):
  *
  *   runtime.c                       this file: lifecycle and the provider table
+ *   callback.c  kernel.c            host work and kernels queued on streams
  *   event.c  notify.c  vmm.c        events, notifies, physical memory (shared through ipc/)
  *   ipc/                            keys, exporter, importer, the wire
  *   context_ops.c                   context and device calls that reach the streams
@@ -18,8 +19,9 @@
  *   core/  os/                      containers, errors, platform calls
  *
  * Lock order, outermost first, the same as the call order above:
- *   (stream state callbacks: a leaf, held across nothing) event -> notify -> vmm -> IPC layer (a
- *   connection's, then the importer's; or the exporter's) -> streams -> contexts -> memory
+ *   (stream state callbacks: a leaf, held across nothing) callback, kernel (never held while
+ *   calling others) -> event -> notify -> vmm -> IPC layer (a connection's, then the importer's;
+ *   or the exporter's) -> streams -> contexts -> memory
  * A module may hold its lock while calling a module to its right, never the
  * other way round; fork's prepare takes them in this order, the parent's and
  * child's hooks undo them in reverse.
@@ -31,6 +33,8 @@
 
 static void atfork_prepare(void) {
   aipc__stream_state_atfork_prepare();
+  aipc__callback_atfork_prepare();
+  aipc__kernel_atfork_prepare();
   aipc__event_atfork_prepare();
   aipc__notify_atfork_prepare();
   aipc__vmm_atfork_prepare();
@@ -49,6 +53,8 @@ static void atfork_parent(void) {
   aipc__notify_atfork_parent();
   aipc__event_atfork_parent();
   aipc__stream_state_atfork_parent();
+  aipc__kernel_atfork_parent();
+  aipc__callback_atfork_parent();
 }
 
 static void atfork_child(void) {
@@ -60,6 +66,8 @@ static void atfork_child(void) {
   aipc__event_atfork_child();
   aipc__notify_atfork_child();
   aipc__stream_state_atfork_child();
+  aipc__kernel_atfork_child();
+  aipc__callback_atfork_child();
 }
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -98,11 +106,17 @@ aclError aipc__emu_init(const char *configPath) {
 }
 
 aclError aipc__emu_finalize(void) {
+  if (aipc__stream_in_task())
+    return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR,
+                      "aclFinalize: called from a callback or task of a stream, it would wait for itself");
   /* Streams first (their queued work touches events, notifies and memory),
    * then what shares through the IPC layer, then the IPC layer (it unpins
-   * and removes its blocks), then whatever memory is left. */
+   * and removes its blocks), then whatever memory is left. Callbacks no
+   * thread will run are dropped first, so no stream waits for them. */
+  aipc__callback_finalize();
   aipc__stream_finalize();
   aipc__stream_state_finalize();
+  aipc__kernel_finalize();
   aipc__event_finalize();
   aipc__notify_finalize();
   aipc__vmm_finalize();

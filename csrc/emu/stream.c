@@ -63,7 +63,8 @@ typedef struct stream {
   /* Configuration (aclrtCreateStreamWithConfig, V2); fixed at creation. */
   uint32_t flags;
   uint32_t priority;
-  int32_t id;
+  uint32_t id;       /* aipc__stream_id, and aclrtStreamGetId */
+  uint32_t task_seq; /* the last task id given out, under mu */
   /* Under mu: */
   uint64_t mode;        /* ACL_CONTINUE_ON_FAILURE or ACL_STOP_ON_FAILURE */
   bool mode_set;        /* CANN: once per stream */
@@ -77,7 +78,6 @@ typedef struct stream {
 enum { INT_NONE, INT_FORCE, INT_ABORT, INT_STOP };
 /* Streams whose tasks the host may not queue: the device (or a model) runs them. */
 #define HOST_REFUSED_FLAGS (ACL_STREAM_PERSISTENT | ACL_STREAM_DEVICE_USE_ONLY | ACL_STREAM_CPU_SCHEDULE)
-static atomic_int g_next_id = 1; /* stream ids, per process; never reused */
 _Static_assert(offsetof(stream, h) == 0, "a stream's address is its registry head's");
 
 static void release(aipc__handle *h);
@@ -89,6 +89,12 @@ static aipc__handles g_streams = AIPC__HANDLES_INIT(&g_ops);
  * reference; an entry goes before its stream leaves the registry). */
 static pthread_mutex_t g_defaults_mu = PTHREAD_MUTEX_INITIALIZER;
 static aipc__hmap g_defaults = AIPC__HMAP_INIT;
+static atomic_uint g_next_id = 1;
+/* The stream whose work this thread does (its worker, or a callback it waits
+ * for): a synchronize or destroy of it from here would wait for itself. */
+static _Thread_local aipc__stream_mark tl_running;
+static _Thread_local bool tl_has_last;
+static _Thread_local uint32_t tl_last_task; /* aclrtGetThreadLastTaskId */
 
 static aipc__hkey ctx_key(uint64_t id) { return (aipc__hkey){id, 0}; }
 
@@ -130,6 +136,7 @@ static void put(stream *s) {
 
 static void *worker(void *arg) {
   stream *s = arg;
+  tl_running = (aipc__stream_mark){true, s->id};
   pthread_mutex_lock(&s->mu);
   s->started = true;
   pthread_cond_broadcast(&s->idle);
@@ -280,6 +287,10 @@ static aclError get(const char *call, aclrtStream h, stream **out) {
 }
 
 aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
+  return aipc__stream_submit_id(call, h, t, NULL);
+}
+
+aclError aipc__stream_submit_id(const char *call, aclrtStream h, aipc__task *t, uint32_t *id) {
   stream *s = NULL;
   aclError rc = get(call, h, &s);
   if (rc) {
@@ -317,6 +328,12 @@ aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
     return aipc__fail(err, "%s: the stream stopped on failure (ACL_STOP_ON_FAILURE) and takes no new work: %s",
                       call, msg);
   }
+  uint32_t tid = ++s->task_seq;
+  if (id) *id = tid;
+  if (h) { /* CANN counts the tasks of streams the user created */
+    tl_last_task = tid;
+    tl_has_last = true;
+  }
   if (s->tail)
     s->tail->next = t;
   else
@@ -341,6 +358,41 @@ aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device) {
   put(s);
   return ACL_SUCCESS;
 }
+
+aclError aipc__stream_id(const char *call, aclrtStream h, uint32_t *id) {
+  stream *s = NULL;
+  aclError rc = get(call, h, &s);
+  if (rc) return rc;
+  *id = s->id;
+  put(s);
+  return ACL_SUCCESS;
+}
+
+bool aipc__stream_last_task(uint32_t *id) {
+  *id = tl_last_task;
+  return tl_has_last;
+}
+
+aipc__stream_mark aipc__stream_enter(uint32_t stream_id) {
+  aipc__stream_mark prev = tl_running;
+  tl_running = (aipc__stream_mark){true, stream_id};
+  return prev;
+}
+
+void aipc__stream_leave(aipc__stream_mark prev) { tl_running = prev; }
+
+bool aipc__stream_in_task(void) { return tl_running.in; }
+
+/* A wait for s from the thread doing s's work would never end. */
+static aclError check_not_self(const char *call, const stream *s) {
+  if (s && tl_running.in && tl_running.id == s->id)
+    return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR,
+                      "%s: called from a callback or task of this stream, it would wait for itself (CANN: a "
+                      "callback must not synchronize or destroy its own stream)",
+                      call);
+  return ACL_SUCCESS;
+}
+
 
 static aclError create(const char *call, aclrtStream *stream_out, uint32_t flags, uint32_t priority) {
   if (!stream_out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", call);
@@ -378,7 +430,9 @@ static aclError destroy(const char *call, aclrtStream h, bool force) {
   aclError rc = get(call, h, &s);
   if (rc) return rc;
   bool is_default = s->is_default;
+  rc = check_not_self(call, s);
   put(s);
+  if (rc) return rc;
   if (is_default)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is a context's default stream, which cannot be destroyed",
                       call, h);
@@ -419,6 +473,10 @@ static aclError synchronize(const char *call, aclrtStream h, int64_t timeout_ms)
   stream *s = NULL;
   aclError rc = get(call, h, &s);
   if (rc) return rc;
+  if ((rc = check_not_self(call, s))) {
+    put(s);
+    return rc;
+  }
   char msg[sizeof s->msg];
   pthread_mutex_lock(&s->mu);
   if (s->flags & HOST_REFUSED_FLAGS) { /* CANN: returns at once for these streams */

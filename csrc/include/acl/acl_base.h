@@ -110,6 +110,9 @@ ACL_FUNC_VISIBILITY aclFloat16 aclFloatToFloat16(float value);
   X(ACL_ERROR_RT_CONTEXT_NULL, 107002, "runtime: no current context")         \
   X(ACL_ERROR_RT_STREAM_CONTEXT, 107003, "runtime: stream not in the current context") \
   X(ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, 107006, "runtime: event timestamp invalid") \
+  X(ACL_ERROR_RT_STREAM_SUBSCRIBE, 107011, "runtime: stream subscription error") \
+  X(ACL_ERROR_RT_THREAD_SUBSCRIBE, 107012, "runtime: thread subscription error") \
+  X(ACL_ERROR_RT_STREAM_NO_CB_REG, 107015, "runtime: no callback thread subscribed to the stream") \
   X(ACL_ERROR_RT_INVALID_HANDLE, 107017, "runtime: invalid handle")           \
   X(ACL_ERROR_RT_WAIT_TIMEOUT, 107019, "runtime: wait timeout")                \
   X(ACL_ERROR_RT_TASK_TIMEOUT, 107020, "runtime: task timeout")                \
@@ -122,6 +125,9 @@ ACL_FUNC_VISIBILITY aclFloat16 aclFloatToFloat16(float value);
   X(ACL_ERROR_RT_NO_PERMISSION, 207006, "runtime: no permission")              \
   X(ACL_ERROR_RT_LINK_TYPE_NOT_SUPPORTED, 207021, "runtime: link type not supported") \
   X(ACL_ERROR_RT_INTERNAL_ERROR, 507000, "runtime: internal error")            \
+  X(ACL_ERROR_RT_REPORT_TIMEOUT, 507012, "runtime: report timeout")            \
+  X(ACL_ERROR_RT_AICORE_EXCEPTION, 507015, "runtime: AI Core exception")      \
+  X(ACL_ERROR_RT_AICORE_TRAP_EXCEPTION, 507016, "runtime: AI Core trap exception") \
   X(ACL_ERROR_RT_IPC_ERROR, 507022, "runtime: IPC error")                      \
   X(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, 507046, "runtime: stream synchronize timeout") \
   X(ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, 507047, "runtime: event synchronize timeout") \

@@ -785,6 +785,163 @@ ACL_FUNC_VISIBILITY aclError aclrtRandomNumAsync(const aclrtRandomNumTaskInfo *t
 
 /* ==== Callbacks, host functions, exceptions, kernels ====================== */
 
+/* -- Host callbacks on a stream (see docs/c-api.md for the emulator's rules) -- */
+
+typedef enum aclrtCallbackBlockType {
+  ACL_CALLBACK_NO_BLOCK = 0, /* later tasks of the stream may run before the callback returns */
+  ACL_CALLBACK_BLOCK = 1,    /* later tasks of the stream wait until the callback has returned */
+} aclrtCallbackBlockType;
+
+typedef void (*aclrtCallback)(void *userData);
+typedef void (*aclrtHostFunc)(void *args);
+
+/* Queues fn(userData) on stream; it runs on the thread bound to the stream by
+ * aclrtSubscribeReport, inside that thread's aclrtProcessReport. */
+ACL_FUNC_VISIBILITY aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
+                                                 aclrtStream stream);
+/* Binds the thread whose pthread_t value is threadId to stream's callbacks. */
+ACL_FUNC_VISIBILITY aclError aclrtSubscribeReport(uint64_t threadId, aclrtStream stream);
+/* Called in the bound thread: runs the callbacks that are due, waiting up to
+ * timeout ms (-1: no limit) for one. */
+ACL_FUNC_VISIBILITY aclError aclrtProcessReport(int32_t timeout);
+ACL_FUNC_VISIBILITY aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream stream);
+
+/* Queues fn(args) on stream; later tasks wait until it returned. It runs on
+ * the thread bound by aclrtSubscribeHostFunc, else on a thread of the runtime. */
+ACL_FUNC_VISIBILITY aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args);
+ACL_FUNC_VISIBILITY aclError aclrtSubscribeHostFunc(uint64_t hostFuncThreadId, aclrtStream exeStream);
+ACL_FUNC_VISIBILITY aclError aclrtProcessHostFunc(int32_t timeout);
+ACL_FUNC_VISIBILITY aclError aclrtUnSubscribeHostFunc(uint64_t hostFuncThreadId, aclrtStream exeStream);
+
+/* -- Exceptions of device tasks -- */
+
+/* Opaque: read it with the getters below, only inside the callback. */
+typedef struct rtExceptionInfo aclrtExceptionInfo;
+typedef void (*aclrtExceptionInfoCallback)(aclrtExceptionInfo *exceptionInfo);
+
+/* The process's callback for failed device tasks (NULL: none). */
+ACL_FUNC_VISIBILITY aclError aclrtSetExceptionInfoCallback(aclrtExceptionInfoCallback callback);
+/* Each returns 0xFFFFFFFF for a NULL info. */
+ACL_FUNC_VISIBILITY uint32_t aclrtGetTaskIdFromExceptionInfo(const aclrtExceptionInfo *info);
+ACL_FUNC_VISIBILITY uint32_t aclrtGetStreamIdFromExceptionInfo(const aclrtExceptionInfo *info);
+ACL_FUNC_VISIBILITY uint32_t aclrtGetThreadIdFromExceptionInfo(const aclrtExceptionInfo *info);
+ACL_FUNC_VISIBILITY uint32_t aclrtGetDeviceIdFromExceptionInfo(const aclrtExceptionInfo *info);
+ACL_FUNC_VISIBILITY uint32_t aclrtGetErrorCodeFromExceptionInfo(const aclrtExceptionInfo *info);
+
+/* -- Kernels: binaries, functions, arguments, launches -- */
+
+typedef void *aclrtBinHandle;
+typedef void *aclrtFuncHandle;
+typedef void *aclrtArgsHandle;
+typedef void *aclrtParamHandle;
+
+ACL_FUNC_VISIBILITY aclError aclrtGetArgsFromExceptionInfo(const aclrtExceptionInfo *info, void **devArgsPtr,
+                                                           uint32_t *devArgsLen);
+ACL_FUNC_VISIBILITY aclError aclrtGetFuncHandleFromExceptionInfo(const aclrtExceptionInfo *info,
+                                                                 aclrtFuncHandle *func);
+/* The id of the last task the calling thread queued on a stream it created. */
+ACL_FUNC_VISIBILITY aclError aclrtGetThreadLastTaskId(uint32_t *taskId);
+
+#define ACL_RT_BINARY_MAGIC_ELF_AICORE 0x43554245U
+#define ACL_RT_BINARY_MAGIC_ELF_VECTOR_CORE 0x41415246U
+#define ACL_RT_BINARY_MAGIC_ELF_CUBE_CORE 0x41494343U
+
+typedef enum aclrtBinaryLoadOptionType {
+  ACL_RT_BINARY_LOAD_OPT_LAZY_LOAD = 1,
+  ACL_RT_BINARY_LOAD_OPT_LAZY_MAGIC = 2,
+  ACL_RT_BINARY_LOAD_OPT_MAGIC = 2,
+  ACL_RT_BINARY_LOAD_OPT_CPU_KERNEL_MODE = 3,
+} aclrtBinaryLoadOptionType;
+
+typedef union aclrtBinaryLoadOptionValue {
+  uint32_t isLazyLoad;
+  uint32_t magic;
+  int32_t cpuKernelMode;
+  uint32_t rsv[4];
+} aclrtBinaryLoadOptionValue;
+
+typedef struct {
+  aclrtBinaryLoadOptionType type;
+  aclrtBinaryLoadOptionValue value;
+} aclrtBinaryLoadOption;
+
+typedef struct aclrtBinaryLoadOptions {
+  aclrtBinaryLoadOption *options;
+  size_t numOpt;
+} aclrtBinaryLoadOptions;
+
+typedef enum {
+  ACL_RT_ENGINE_TYPE_AIC = 0,
+  ACL_RT_ENGINE_TYPE_AIV,
+} aclrtEngineType;
+
+typedef enum aclrtLaunchKernelAttrId {
+  ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE = 1,
+  ACL_RT_LAUNCH_KERNEL_ATTR_LOCAL_MEMORY_SIZE = 2, /* the old name of DYN_UBUF_SIZE */
+  ACL_RT_LAUNCH_KERNEL_ATTR_DYN_UBUF_SIZE = 2,
+  ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE = 3,
+  ACL_RT_LAUNCH_KERNEL_ATTR_BLOCKDIM_OFFSET = 4,
+  ACL_RT_LAUNCH_KERNEL_ATTR_BLOCK_TASK_PREFETCH = 5,
+  ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP = 6,
+  ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT = 7,
+  ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US = 8, /* not together with TIMEOUT */
+  ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING = 9,
+} aclrtLaunchKernelAttrId;
+
+typedef struct {
+  uint32_t timeoutLow;  /* microseconds, low 32 bits */
+  uint32_t timeoutHigh; /* high 32 bits */
+} aclrtTimeoutUs;
+
+typedef union aclrtLaunchKernelAttrValue {
+  uint8_t schemMode;
+  uint32_t localMemorySize; /* the old name of dynUBufSize */
+  uint32_t dynUBufSize;
+  aclrtEngineType engineType;
+  uint32_t blockDimOffset;
+  uint8_t isBlockTaskPrefetch;
+  uint8_t isDataDump;
+  uint16_t timeout; /* seconds */
+  aclrtTimeoutUs timeoutUs;
+  uint8_t enableProfiling;
+  uint32_t rsv[4];
+} aclrtLaunchKernelAttrValue;
+
+typedef struct aclrtLaunchKernelAttr {
+  aclrtLaunchKernelAttrId id;
+  aclrtLaunchKernelAttrValue value;
+} aclrtLaunchKernelAttr;
+
+typedef struct aclrtLaunchKernelCfg {
+  aclrtLaunchKernelAttr *attrs;
+  size_t numAttrs;
+} aclrtLaunchKernelCfg;
+
+/* Loads a device binary. In the emulator it is a host shared object whose
+ * kernels follow <ascend_ipc/kernel.h>, whatever the file's extension. */
+ACL_FUNC_VISIBILITY aclError aclrtBinaryLoadFromFile(const char *binPath, aclrtBinaryLoadOptions *options,
+                                                     aclrtBinHandle *binHandle);
+/* Unloads it; its function and argument handles go with it. */
+ACL_FUNC_VISIBILITY aclError aclrtBinaryUnLoad(aclrtBinHandle binHandle);
+ACL_FUNC_VISIBILITY aclError aclrtBinaryGetFunction(const aclrtBinHandle binHandle, const char *kernelName,
+                                                    aclrtFuncHandle *funcHandle);
+/* Arguments: appended in order, then finalized, then launched (any number of times). */
+ACL_FUNC_VISIBILITY aclError aclrtKernelArgsInit(aclrtFuncHandle funcHandle, aclrtArgsHandle *argsHandle);
+ACL_FUNC_VISIBILITY aclError aclrtKernelArgsAppend(aclrtArgsHandle argsHandle, void *param, size_t paramSize,
+                                                   aclrtParamHandle *paramHandle);
+/* A pointer-sized argument that, at launch, points to a copy of the bytes
+ * written into its buffer (aclrtKernelArgsGetPlaceHolderBuffer). */
+ACL_FUNC_VISIBILITY aclError aclrtKernelArgsAppendPlaceHolder(aclrtArgsHandle argsHandle,
+                                                              aclrtParamHandle *paramHandle);
+ACL_FUNC_VISIBILITY aclError aclrtKernelArgsGetPlaceHolderBuffer(aclrtArgsHandle argsHandle,
+                                                                 aclrtParamHandle paramHandle, size_t dataSize,
+                                                                 void **bufferAddr);
+ACL_FUNC_VISIBILITY aclError aclrtKernelArgsFinalize(aclrtArgsHandle argsHandle);
+/* Queues funcHandle over numBlocks blocks on stream; reserve must be NULL. */
+ACL_FUNC_VISIBILITY aclError aclrtLaunchKernelWithConfig(aclrtFuncHandle funcHandle, uint32_t numBlocks,
+                                                         aclrtStream stream, aclrtLaunchKernelCfg *cfg,
+                                                         aclrtArgsHandle argsHandle, void *reserve);
+
 
 /* ==== Managed and registered host memory, labels, model runtime instances = */
 

@@ -4,7 +4,8 @@
 # of the same base name in tests/samples/kernels/ (ASCEND_IPC_KERNELS_DIR):
 #
 #   ascendc_library(name STATIC|SHARED src...)  a library of the stand-ins: the
-#       host launchers the sample's headers declare (EasyOP, WriteDo, ...)
+#       host launchers the sample's headers declare (EasyOP, WriteDo, ...),
+#       which launch the stand-in kernels of a device binary built beside it
 #   ascendc_fatbin_library(name src...)         a "device binary" for
 #       aclrtBinaryLoadFromFile: a shared object of stand-in kernels, at
 #       ${CMAKE_INSTALL_PREFIX}/fatbin/<name>/<name>.o, where CANN puts it
@@ -36,20 +37,32 @@ function(_aipc_standin_target name)
   target_link_libraries(${name} PUBLIC "${_aipc_cann_root}/lib64/libascendcl.so" pthread)
 endfunction()
 
+# A stand-in source is built twice (tests/samples/kernels/aipc_standin.h):
+# with AIPC_STANDIN_DEVICE as the device binary of its kernels, and without it
+# as the host launchers, which load that binary (AIPC_STANDIN_DEVICE_BINARY)
+# and launch its kernels with aclrtLaunchKernelWithConfig.
 function(ascendc_library name type)
   _aipc_standins(files ${ARGN})
+  set(device "${name}_aipc_device")
+  add_library(${device} SHARED ${files})
+  target_compile_definitions(${device} PRIVATE AIPC_STANDIN_DEVICE=1)
+  _aipc_standin_target(${device})
   add_library(${name} ${type} ${files})
   set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  target_compile_definitions(${name} PRIVATE "AIPC_STANDIN_DEVICE_BINARY=\"$<TARGET_FILE:${device}>\"")
+  add_dependencies(${name} ${device})
   _aipc_standin_target(${name})
 endfunction()
 
 function(ascendc_fatbin_library name)
   _aipc_standins(files ${ARGN})
   add_library(${name} SHARED ${files})
+  target_compile_definitions(${name} PRIVATE AIPC_STANDIN_DEVICE=1)
   set(dir "${CMAKE_INSTALL_PREFIX}/fatbin/${name}")
   set_target_properties(${name} PROPERTIES PREFIX "" SUFFIX ".o" OUTPUT_NAME "${name}"
                         LIBRARY_OUTPUT_DIRECTORY "${dir}")
   _aipc_standin_target(${name})
-  # Built where the sample loads it; installed there too for run scripts that install.
-  install(TARGETS ${name} LIBRARY DESTINATION "fatbin/${name}")
+  # Built where the sample loads it, and not installed: an install rule for a
+  # file onto itself would delete it (cmake --install removes the destination
+  # before copying). Its build RPATH finds the emulator's library.
 endfunction()

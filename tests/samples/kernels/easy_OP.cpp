@@ -1,0 +1,13 @@
+// Host stand-in of kernel_func/easy_OP.cpp: block i adds 1 to x[i].
+#include "aipc_standin.h"
+
+#ifdef AIPC_STANDIN_DEVICE
+AIPC_KERNEL(EasyOPf) {
+  uint32_t *x = aipc_standin::args<uint32_t *>(ctx);
+  x[ctx->block_idx] += 1;
+}
+#else
+void EasyOP(uint32_t blockDim, void *stream, uint32_t *x) {
+  aipc_standin::launch("EasyOPf", blockDim, stream, {{&x, sizeof x}});
+}
+#endif

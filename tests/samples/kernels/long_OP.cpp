@@ -1,0 +1,29 @@
+// Host stand-in of kernel_func/long_OP.cpp: a long floating-point loop whose
+// result is positive, then block i adds 1 to x[i]. The loop is the device
+// kernel's; it takes about a second on the host.
+#include "aipc_standin.h"
+
+#ifdef AIPC_STANDIN_DEVICE
+AIPC_KERNEL(LongOPf) {
+  uint32_t *x = aipc_standin::args<uint32_t *>(ctx);
+  volatile float sink;
+  float temp = 0.0f;
+  for (int i = 0; i < 10000; i++) {
+    temp += 0.00002f;
+    temp *= 0.02f;
+    for (int j = 0; j < 25000; j++) {
+      temp = temp * temp - 0.000002f;
+      temp = temp + (temp * 0.05f);
+      temp = temp * temp + 0.00001f;
+      temp = temp > 1.0f ? 0.0f : temp;
+    }
+    temp -= 0.00003f * temp;
+  }
+  sink = temp;
+  x[ctx->block_idx] += sink > 0.0f ? 1 : 0;
+}
+#else
+void LongOP(uint32_t blockDim, void *stream, uint32_t *x) {
+  aipc_standin::launch("LongOPf", blockDim, stream, {{&x, sizeof x}});
+}
+#endif

@@ -1,0 +1,13 @@
+// Host stand-in of kernel_func/short_OP.cpp: block i doubles x[i].
+#include "aipc_standin.h"
+
+#ifdef AIPC_STANDIN_DEVICE
+AIPC_KERNEL(ShortOPf) {
+  uint32_t *x = aipc_standin::args<uint32_t *>(ctx);
+  x[ctx->block_idx] *= 2;
+}
+#else
+void ShortOP(uint32_t blockDim, void *stream, uint32_t *x) {
+  aipc_standin::launch("ShortOPf", blockDim, stream, {{&x, sizeof x}});
+}
+#endif
