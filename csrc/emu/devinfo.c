@@ -5,8 +5,8 @@
  * flag, and the calling thread's last error.
  *
  * The profile is the emulator's, shaped like an Atlas A2 chip (the default
- * name, Ascend910B4, is one; ASCEND_IPC_EMU_SOC names another): 20 cube
- * cores, 40 vector cores, 6 AI CPUs. No core exists: kernels run on the host
+ * name, Ascend910B1, is one; ASCEND_IPC_EMU_SOC names another): 24 cube
+ * cores, 48 vector cores, 6 AI CPUs. No core exists: kernels run on the host
  * (their stand-ins), so the counts bound what a launch may ask and what a
  * limit may be, nothing more. Queries whose answer would be made up are
  * refused with ACL_ERROR_RT_FEATURE_NOT_SUPPORT.
@@ -21,10 +21,10 @@
 
 #include "emu_internal.h"
 
-#define CUBE_CORES 20u
-#define VECTOR_CORES 40u
+#define CUBE_CORES 24u
+#define VECTOR_CORES 48u
 #define AICPU_CORES 6
-#define SOC_DEFAULT "Ascend910B4"
+#define SOC_DEFAULT "Ascend910B1"
 #define SOC_MAX 64
 /* The CANN release the project follows (docs/hardware.md). */
 #define CANN_VERSION "9.0.0"

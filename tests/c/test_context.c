@@ -307,7 +307,7 @@ TEST(finalize_releases_contexts) {
   CHECK(d != NULL);
   uint32_t v = 0;
   CHECK_OK(aclrtGetDeviceResLimit(1, ACL_RT_DEV_RES_VECTOR_CORE, &v));
-  CHECK_EQ(v, 40);
+  CHECK_EQ(v, 48);
   aclrtFloatOverflowMode m = ACL_RT_OVERFLOW_MODE_UNDEF;
   CHECK_OK(aclrtGetDeviceSatMode(&m));
   CHECK_EQ(m, ACL_RT_OVERFLOW_MODE_INFNAN);
@@ -369,7 +369,7 @@ TEST(device_queries) {
 
   const char *soc = aclrtGetSocName();
   CHECK(soc != NULL);
-  CHECK(strcmp(soc, "Ascend910B4") == 0);
+  CHECK(strcmp(soc, "Ascend910B1") == 0);
   int32_t ok = -1;
   CHECK_OK(aclrtCheckArchCompatibility(soc, &ok));
   CHECK_EQ(ok, 1);
@@ -380,9 +380,9 @@ TEST(device_queries) {
 
   int64_t v = 0;
   CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_VECTOR_CORE_NUM, &v));
-  CHECK_EQ(v, 40);
+  CHECK_EQ(v, 48);
   CHECK_OK(aclrtGetDeviceInfo(7, ACL_DEV_ATTR_CUBE_CORE_NUM, &v));
-  CHECK_EQ(v, 20);
+  CHECK_EQ(v, 24);
   CHECK_OK(aclrtGetDeviceInfo(3, ACL_DEV_ATTR_PHY_CHIP_ID, &v));
   CHECK_EQ(v, 3);
   CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE, &v));
@@ -433,13 +433,13 @@ TEST(soc_name_from_the_environment) {
 
 TEST(soc_name_malformed_falls_back) {
   setenv("ASCEND_IPC_EMU_SOC", "bad name;rm", 1);
-  CHECK(strcmp(aclrtGetSocName(), "Ascend910B4") == 0);
+  CHECK(strcmp(aclrtGetSocName(), "Ascend910B1") == 0);
 }
 
 TEST(res_limits) {
   uint32_t v = 0;
   CHECK_OK(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, &v));
-  CHECK_EQ(v, 20);
+  CHECK_EQ(v, 24);
   CHECK_OK(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 8));
   CHECK_OK(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_VECTOR_CORE, 1));
   CHECK_OK(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, &v));
@@ -449,12 +449,12 @@ TEST(res_limits) {
   CHECK_EQ(v, 1);
   CHECK_OK(aclrtSetDevice(1));
   CHECK_OK(aclrtGetResInCurrentThread(ACL_RT_DEV_RES_VECTOR_CORE, &v));
-  CHECK_EQ(v, 40);
+  CHECK_EQ(v, 48);
   CHECK_OK(aclrtResetDeviceResLimit(0));
   CHECK_OK(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, &v));
-  CHECK_EQ(v, 20);
+  CHECK_EQ(v, 24);
   CHECK_MSG(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 0), ACL_ERROR_INVALID_PARAM, "out of range");
-  CHECK_MSG(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 21), ACL_ERROR_INVALID_PARAM, "out of range");
+  CHECK_MSG(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 25), ACL_ERROR_INVALID_PARAM, "out of range");
   CHECK_MSG(aclrtSetDeviceResLimit(0, (aclrtDevResLimitType)2, 1), ACL_ERROR_INVALID_PARAM, "aclrtDevResLimitType");
   CHECK_ACL(aclrtSetDeviceResLimit(8, ACL_RT_DEV_RES_CUBE_CORE, 1), ACL_ERROR_RT_INVALID_DEVICEID);
   CHECK_ACL(aclrtGetDeviceResLimit(-1, ACL_RT_DEV_RES_CUBE_CORE, &v), ACL_ERROR_RT_INVALID_DEVICEID);
