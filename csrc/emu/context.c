@@ -12,9 +12,9 @@
  *
  * aclrtDestroyContext needs the streams, so it lives above stream.c
  * (context_ops.c); this file only takes the context out of the registry.
- * Lock: the registry's (handles.h), which also guards g_default. Lock order:
- * streams -> contexts (stream.c asks for the current context holding its
- * own locks); nothing here calls out while holding it.
+ * Lock: the registry's (handles.h), which also guards g_default; nothing
+ * here calls out while holding it. In the fork order it comes after the
+ * streams' locks and before memory's (runtime.c).
  */
 #include <stdatomic.h>
 #include <stddef.h>
