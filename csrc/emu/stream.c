@@ -64,6 +64,19 @@ static aipc__hmap g_defaults = AIPC__HMAP_INIT;
 
 static aipc__hkey ctx_key(uint64_t id) { return (aipc__hkey){id, 0}; }
 
+/* After registering a stream of context ctx: whether ctx is still live. A
+ * destroy takes the context out before it collects its streams, so a stream
+ * registered while the context was live is collected by it, and one whose
+ * context is gone here is the creator's to undo. */
+static aclError ctx_still_live(const char *call, uint64_t ctx) {
+  uint64_t now;
+  int32_t device;
+  aclError rc = aipc__ctx_current(call, &now, &device);
+  if (rc == ACL_SUCCESS && now != ctx)
+    rc = aipc__fail(ACL_ERROR_RT_CONTEXT_NULL, "%s: the current context was destroyed meanwhile", call);
+  return rc;
+}
+
 static void free_tasks(stream *s) {
   for (aipc__task *t = s->head, *next; t; t = next) {
     next = t->next;
@@ -183,11 +196,11 @@ static aclError get(const char *call, aclrtStream h, stream **out) {
     if ((rc = stream_new(call, ctx, device, &s)) == ACL_SUCCESS) {
       s->is_default = true;
       aipc__handle_ref(&s->h); /* the map's, until it is registered */
-      if ((rc = aipc__handles_add(&g_streams, call, &s->h)) == ACL_SUCCESS &&
-          aipc__hmap_put(&g_defaults, ctx_key(ctx), s) != 0) {
+      if ((rc = aipc__handles_add(&g_streams, call, &s->h)) == ACL_SUCCESS) {
+        if ((rc = ctx_still_live(call, ctx)) == ACL_SUCCESS && aipc__hmap_put(&g_defaults, ctx_key(ctx), s) != 0)
+          rc = aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
         aipc__handle *o;
-        if (aipc__handles_remove(&g_streams, call, s, &o) == ACL_SUCCESS) stream_shutdown(s, false);
-        rc = aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+        if (rc && aipc__handles_remove(&g_streams, call, s, &o) == ACL_SUCCESS) stream_shutdown(s, false);
       }
       if (rc) {
         put(s);
@@ -253,6 +266,11 @@ aclError aipc__emu_create_stream(aclrtStream *stream_out) {
   stream *s = NULL;
   if ((rc = stream_new(call, ctx, device, &s))) return rc;
   if ((rc = aipc__handles_add(&g_streams, call, &s->h))) return rc;
+  if ((rc = ctx_still_live(call, ctx))) { /* a racing aclrtDestroyContext */
+    aipc__handle *o;
+    if (aipc__handles_remove(&g_streams, call, s, &o) == ACL_SUCCESS) stream_shutdown(s, false);
+    return rc;
+  }
   *stream_out = s;
   return ACL_SUCCESS;
 }

@@ -250,6 +250,54 @@ TEST(racing_destroys_exactly_one_wins) {
   CHECK_OK(aclFinalize());
 }
 
+typedef struct creator {
+  aclrtContext ctx;
+  aclrtStream made[16];
+  int n;
+  int bad;
+} creator;
+
+static void *create_until_gone(void *arg) {
+  creator *c = arg;
+  if (aclrtSetCurrentContext(c->ctx) != ACL_SUCCESS) return NULL; /* already destroyed */
+  while (c->n < 16) {
+    aclrtStream s = NULL;
+    aclError rc = aclrtCreateStream(&s);
+    if (rc == ACL_ERROR_RT_CONTEXT_NULL) break;
+    if (rc != ACL_SUCCESS) {
+      c->bad = rc;
+      break;
+    }
+    c->made[c->n++] = s;
+    if (aclrtSynchronizeStream(NULL) != ACL_SUCCESS) break; /* its default stream: gone with it */
+  }
+  return NULL;
+}
+
+/* Streams created while their context is destroyed: each either fails or is
+ * destroyed with the context, none outlives it. */
+TEST(streams_created_during_destroy_go_with_the_context) {
+  for (int round = 0; round < 10; round++) {
+    aclrtContext ctx = NULL;
+    CHECK_OK(aclrtCreateContext(&ctx, 0));
+    CHECK_OK(aclrtSetDevice(0));
+    creator c[3];
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) {
+      c[i] = (creator){ctx, {0}, 0, 0};
+      CHECK_EQ(pthread_create(&t[i], NULL, create_until_gone, &c[i]), 0);
+    }
+    usleep(1000 * (round % 4));
+    CHECK_OK(aclrtDestroyContext(ctx));
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 3; i++) {
+      CHECK_EQ(c[i].bad, 0);
+      for (int k = 0; k < c[i].n; k++) CHECK_ACL(aclrtSynchronizeStream(c[i].made[k]), ACL_ERROR_INVALID_PARAM);
+    }
+  }
+  CHECK_OK(aclFinalize());
+}
+
 TEST(fork_child_starts_on_default_contexts) {
   aclrtContext c = NULL;
   CHECK_OK(aclrtCreateContext(&c, 4));
@@ -273,7 +321,8 @@ TEST(fork_child_starts_on_default_contexts) {
     if (aclrtCreateContext(&mine, 2) != ACL_SUCCESS || aclrtDestroyContext(mine) != ACL_SUCCESS) bad |= 64;
     uint32_t v = 0;
     if (aclrtGetDeviceResLimit(4, ACL_RT_DEV_RES_CUBE_CORE, &v) != ACL_SUCCESS || v != 3) bad |= 128;
-    _exit(bad);
+    if (aclFinalize() != ACL_SUCCESS) bad |= 256;
+    _exit(bad > 255 ? 255 : bad);
   }
   int st = 0;
   CHECK_EQ(waitpid(pid, &st, 0), pid);
@@ -554,6 +603,7 @@ TEST(last_error_of_a_stream_failure_comes_with_its_synchronize) {
   CHECK_EQ(aclrtGetLastError(ACL_RT_THREAD_LEVEL), ACL_ERROR_INVALID_PARAM);
   CHECK_OK(aclrtDestroyStream(s));
   CHECK_OK(aclrtDestroyNotify(nt));
+  CHECK_OK(aclFinalize());
 }
 
 TEST(error_verbose) {
@@ -601,6 +651,7 @@ TEST(sat_mode_and_overflow_switch) {
   CHECK_MSG(aclrtSetStreamOverflowSwitch(&forged, 1), ACL_ERROR_INVALID_PARAM, "not a live stream");
   CHECK_OK(aclrtDestroyStream(s));
   CHECK_MSG(aclrtGetStreamOverflowSwitch(s, &f), ACL_ERROR_INVALID_PARAM, "not a live stream");
+  CHECK_OK(aclFinalize());
 }
 
 TEST(overflow_status_is_written_by_the_stream) {
@@ -625,6 +676,7 @@ TEST(overflow_status_is_written_by_the_stream) {
   CHECK_ACL(aclrtResetOverflowStatus(&forged), ACL_ERROR_INVALID_PARAM);
   CHECK_OK(aclrtDestroyStream(s));
   CHECK_OK(aclrtFree(d));
+  CHECK_OK(aclFinalize());
 }
 
 /* ---- data types --------------------------------------------------------------- */
