@@ -537,6 +537,15 @@ aclError aipc__stream_overflow_switch(const char *call, aclrtStream h, const uin
   stream *s = NULL;
   aclError rc = get(call, h, &s);
   if (rc) return rc;
+  uint64_t ctx;
+  int32_t device;
+  if ((rc = aipc__ctx_current(call, &ctx, &device)) == ACL_SUCCESS && s->ctx != ctx)
+    rc = aipc__fail(ACL_ERROR_RT_STREAM_CONTEXT, "%s: stream %p belongs to another context than the current one", call,
+                    h);
+  if (rc) {
+    put(s);
+    return rc;
+  }
   if (set) atomic_store(&s->overflow_switch, *set);
   if (get_out) *get_out = atomic_load(&s->overflow_switch);
   put(s);

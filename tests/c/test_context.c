@@ -422,8 +422,11 @@ TEST(device_queries) {
   int32_t ok = -1;
   CHECK_OK(aclrtCheckArchCompatibility(soc, &ok));
   CHECK_EQ(ok, 1);
-  CHECK_OK(aclrtCheckArchCompatibility("Ascend310P3", &ok));
+  CHECK_OK(aclrtCheckArchCompatibility("Ascend310P3", &ok)); /* another architecture */
   CHECK_EQ(ok, 0);
+  CHECK_OK(aclrtCheckArchCompatibility("Ascend910_9392", &ok)); /* an A3: the same architecture */
+  CHECK_EQ(ok, 1);
+  CHECK_MSG(aclrtCheckArchCompatibility("NoSuchChip", &ok), ACL_ERROR_RT_PARAM_INVALID, "not a SoC");
   CHECK_ACL(aclrtCheckArchCompatibility(NULL, &ok), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtCheckArchCompatibility(soc, NULL), ACL_ERROR_INVALID_PARAM);
 
@@ -436,8 +439,12 @@ TEST(device_queries) {
   CHECK_EQ(v, 3);
   CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE, &v));
   CHECK_EQ(v, 64LL << 30);
+  CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_AICPU_CORE_NUM, &v));
+  CHECK_EQ(v, 6);
+  CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_NPU_ARCH, &v));
+  CHECK_EQ(v, 2201);
   CHECK_MSG(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_L2_CACHE_SIZE, &v), ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "not modelled");
-  CHECK_MSG(aclrtGetDeviceInfo(0, (aclrtDevAttr)999, &v), ACL_ERROR_INVALID_PARAM, "not an aclrtDevAttr");
+  CHECK_MSG(aclrtGetDeviceInfo(0, (aclrtDevAttr)999, &v), ACL_ERROR_RT_PARAM_INVALID, "not an aclrtDevAttr");
   CHECK_MSG(aclrtGetDeviceInfo(8, ACL_DEV_ATTR_CUBE_CORE_NUM, &v), ACL_ERROR_RT_INVALID_DEVICEID, "out of range");
   CHECK_MSG(aclrtGetDeviceInfo(UINT32_MAX, ACL_DEV_ATTR_CUBE_CORE_NUM, &v), ACL_ERROR_RT_INVALID_DEVICEID, "range");
   CHECK_ACL(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_CUBE_CORE_NUM, NULL), ACL_ERROR_INVALID_PARAM);
@@ -445,7 +452,7 @@ TEST(device_queries) {
   int32_t cap = -1;
   CHECK_OK(aclrtGetDeviceCapability(0, ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV, &cap));
   CHECK_EQ(cap, ACL_DEV_FEATURE_NOT_SUPPORT);
-  CHECK_ACL(aclrtGetDeviceCapability(0, (aclrtDevFeatureType)5, &cap), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aclrtGetDeviceCapability(0, (aclrtDevFeatureType)5, &cap), ACL_ERROR_RT_PARAM_INVALID);
   CHECK_ACL(aclrtGetDeviceCapability(-1, ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV, &cap), ACL_ERROR_RT_INVALID_DEVICEID);
   CHECK_ACL(aclrtGetDeviceCapability(0, ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV, NULL), ACL_ERROR_INVALID_PARAM);
 
@@ -476,8 +483,30 @@ TEST(device_queries) {
 }
 
 TEST(soc_name_from_the_environment) {
-  setenv("ASCEND_IPC_EMU_SOC", "Ascend310P3", 1);
-  CHECK(strcmp(aclrtGetSocName(), "Ascend310P3") == 0);
+  setenv("ASCEND_IPC_EMU_SOC", "Ascend910B4", 1);
+  CHECK(strcmp(aclrtGetSocName(), "Ascend910B4") == 0);
+  /* That chip's profile. */
+  int64_t v = 0;
+  CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_CUBE_CORE_NUM, &v));
+  CHECK_EQ(v, 20);
+  uint32_t lim = 0;
+  CHECK_OK(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_VECTOR_CORE, &lim));
+  CHECK_EQ(lim, 40);
+  int32_t ok = -1;
+  CHECK_OK(aclrtCheckArchCompatibility("Ascend910B1", &ok));
+  CHECK_EQ(ok, 1);
+}
+
+TEST(soc_name_unknown_to_the_runtime) {
+  setenv("ASCEND_IPC_EMU_SOC", "MyChip_1", 1);
+  CHECK(strcmp(aclrtGetSocName(), "MyChip_1") == 0);
+  int32_t ok = -1;
+  CHECK_OK(aclrtCheckArchCompatibility("MyChip_1", &ok));
+  CHECK_EQ(ok, 1);
+  CHECK_OK(aclrtCheckArchCompatibility("Ascend910B1", &ok));
+  CHECK_EQ(ok, 0);
+  int64_t v = 0;
+  CHECK_ACL(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_NPU_ARCH, &v), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
 }
 
 TEST(soc_name_malformed_falls_back) {
@@ -502,16 +531,19 @@ TEST(res_limits) {
   CHECK_OK(aclrtResetDeviceResLimit(0));
   CHECK_OK(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, &v));
   CHECK_EQ(v, 24);
-  CHECK_MSG(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 0), ACL_ERROR_INVALID_PARAM, "out of range");
-  CHECK_MSG(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 25), ACL_ERROR_INVALID_PARAM, "out of range");
-  CHECK_MSG(aclrtSetDeviceResLimit(0, (aclrtDevResLimitType)2, 1), ACL_ERROR_INVALID_PARAM, "aclrtDevResLimitType");
+  CHECK_OK(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 0)); /* CANN allows none */
+  CHECK_OK(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, &v));
+  CHECK_EQ(v, 0);
+  CHECK_OK(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 24));
+  CHECK_MSG(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 25), ACL_ERROR_RT_PARAM_INVALID, "more than");
+  CHECK_MSG(aclrtSetDeviceResLimit(0, (aclrtDevResLimitType)2, 1), ACL_ERROR_RT_PARAM_INVALID, "aclrtDevResLimitType");
   CHECK_ACL(aclrtSetDeviceResLimit(8, ACL_RT_DEV_RES_CUBE_CORE, 1), ACL_ERROR_RT_INVALID_DEVICEID);
   CHECK_ACL(aclrtGetDeviceResLimit(-1, ACL_RT_DEV_RES_CUBE_CORE, &v), ACL_ERROR_RT_INVALID_DEVICEID);
   CHECK_ACL(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, NULL), ACL_ERROR_INVALID_PARAM);
-  CHECK_ACL(aclrtGetDeviceResLimit(0, (aclrtDevResLimitType)-1, &v), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aclrtGetDeviceResLimit(0, (aclrtDevResLimitType)-1, &v), ACL_ERROR_RT_PARAM_INVALID);
   CHECK_ACL(aclrtResetDeviceResLimit(64), ACL_ERROR_RT_INVALID_DEVICEID);
   CHECK_ACL(aclrtGetResInCurrentThread(ACL_RT_DEV_RES_CUBE_CORE, NULL), ACL_ERROR_INVALID_PARAM);
-  CHECK_ACL(aclrtGetResInCurrentThread((aclrtDevResLimitType)7, &v), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aclrtGetResInCurrentThread((aclrtDevResLimitType)7, &v), ACL_ERROR_RT_PARAM_INVALID);
 }
 
 /* ---- versions and attributes ---------------------------------------------- */
@@ -626,12 +658,12 @@ TEST(sat_mode_and_overflow_switch) {
   CHECK_OK(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_SATURATION));
   CHECK_OK(aclrtGetDeviceSatMode(&m));
   CHECK_EQ(m, ACL_RT_OVERFLOW_MODE_SATURATION);
-  /* Per device. */
+  /* The process's, as in CANN: the same on every device. */
   CHECK_OK(aclrtSetDevice(1));
   CHECK_OK(aclrtGetDeviceSatMode(&m));
-  CHECK_EQ(m, ACL_RT_OVERFLOW_MODE_INFNAN);
-  CHECK_MSG(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_UNDEF), ACL_ERROR_INVALID_PARAM, "mode 2");
-  CHECK_ACL(aclrtSetDeviceSatMode((aclrtFloatOverflowMode)-1), ACL_ERROR_INVALID_PARAM);
+  CHECK_EQ(m, ACL_RT_OVERFLOW_MODE_SATURATION);
+  CHECK_MSG(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_UNDEF), ACL_ERROR_RT_PARAM_INVALID, "mode 2");
+  CHECK_ACL(aclrtSetDeviceSatMode((aclrtFloatOverflowMode)-1), ACL_ERROR_RT_PARAM_INVALID);
   CHECK_ACL(aclrtGetDeviceSatMode(NULL), ACL_ERROR_INVALID_PARAM);
 
   aclrtStream s = NULL;
@@ -645,7 +677,12 @@ TEST(sat_mode_and_overflow_switch) {
   CHECK_OK(aclrtSetStreamOverflowSwitch(NULL, 1));
   CHECK_OK(aclrtGetStreamOverflowSwitch(NULL, &f));
   CHECK_EQ(f, 1);
-  CHECK_MSG(aclrtSetStreamOverflowSwitch(s, 2), ACL_ERROR_INVALID_PARAM, "flag 2");
+  CHECK_MSG(aclrtSetStreamOverflowSwitch(s, 2), ACL_ERROR_RT_PARAM_INVALID, "flag 2");
+  /* Only for a stream of the current context. */
+  CHECK_OK(aclrtSetDevice(2));
+  CHECK_MSG(aclrtSetStreamOverflowSwitch(s, 1), ACL_ERROR_RT_STREAM_CONTEXT, "another context");
+  CHECK_MSG(aclrtGetStreamOverflowSwitch(s, &f), ACL_ERROR_RT_STREAM_CONTEXT, "another context");
+  CHECK_OK(aclrtSetDevice(1));
   CHECK_ACL(aclrtGetStreamOverflowSwitch(s, NULL), ACL_ERROR_INVALID_PARAM);
   int forged = 0;
   CHECK_MSG(aclrtSetStreamOverflowSwitch(&forged, 1), ACL_ERROR_INVALID_PARAM, "not a live stream");
@@ -669,7 +706,7 @@ TEST(overflow_status_is_written_by_the_stream) {
   CHECK_OK(aclrtResetOverflowStatus(NULL));
   CHECK_OK(aclrtSynchronizeStream(s));
   CHECK_MSG(aclrtGetOverflowStatus(NULL, 64, s), ACL_ERROR_INVALID_PARAM, "outputAddr is NULL");
-  CHECK_MSG(aclrtGetOverflowStatus(d, 32, s), ACL_ERROR_INVALID_PARAM, "must be 64");
+  CHECK_MSG(aclrtGetOverflowStatus(d, 32, s), ACL_ERROR_RT_PARAM_INVALID, "must be 64");
   CHECK_ACL(aclrtGetOverflowStatus(h, 64, s), ACL_ERROR_INVALID_PARAM); /* host memory */
   int forged = 0;
   CHECK_ACL(aclrtGetOverflowStatus(d, 64, &forged), ACL_ERROR_INVALID_PARAM);
