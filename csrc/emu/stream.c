@@ -195,7 +195,7 @@ static aclError get(const char *call, aclrtStream h, stream **out) {
   if (!s) {
     if ((rc = stream_new(call, ctx, device, &s)) == ACL_SUCCESS) {
       s->is_default = true;
-      aipc__handle_ref(&s->h); /* the map's, until it is registered */
+      aipc__handle_ref(&s->h); /* the caller's; the registry takes the first */
       if ((rc = aipc__handles_add(&g_streams, call, &s->h)) == ACL_SUCCESS) {
         if ((rc = ctx_still_live(call, ctx)) == ACL_SUCCESS && aipc__hmap_put(&g_defaults, ctx_key(ctx), s) != 0)
           rc = aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
