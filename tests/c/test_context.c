@@ -70,18 +70,18 @@ TEST(context_bad_arguments) {
   CHECK_MSG(aclrtGetCurrentContext(NULL), ACL_ERROR_INVALID_PARAM, "NULL");
   CHECK_MSG(aclrtCtxGetCurrentDefaultStream(NULL), ACL_ERROR_INVALID_PARAM, "NULL");
   int forged = 0;
-  CHECK_MSG(aclrtSetCurrentContext(&forged), ACL_ERROR_RT_CONTEXT_NULL, "not a live context");
+  CHECK_MSG(aclrtSetCurrentContext(&forged), ACL_ERROR_RT_PARAM_INVALID, "not a live context");
   CHECK_MSG(aclrtDestroyContext(&forged), ACL_ERROR_RT_CONTEXT_NULL, "not a live context");
   /* A stream handle is not a context. */
   aclrtStream s = NULL;
   CHECK_OK(aclrtCreateStream(&s));
-  CHECK_MSG(aclrtSetCurrentContext(s), ACL_ERROR_RT_CONTEXT_NULL, "not a live context");
+  CHECK_MSG(aclrtSetCurrentContext(s), ACL_ERROR_RT_PARAM_INVALID, "not a live context");
   CHECK_OK(aclrtDestroyStream(s));
   /* Destroyed: twice is an error, and so is using it. */
   CHECK_OK(aclrtCreateContext(&c, 1));
   CHECK_OK(aclrtDestroyContext(c));
   CHECK_MSG(aclrtDestroyContext(c), ACL_ERROR_RT_CONTEXT_NULL, "not a live context");
-  CHECK_MSG(aclrtSetCurrentContext(c), ACL_ERROR_RT_CONTEXT_NULL, "not a live context");
+  CHECK_MSG(aclrtSetCurrentContext(c), ACL_ERROR_RT_PARAM_INVALID, "not a live context");
 }
 
 /* The default stream is per context: work on NULL goes to the current
@@ -313,7 +313,7 @@ TEST(fork_child_starts_on_default_contexts) {
     /* The parent's context is unknown here; the thread is on device 4's default. */
     if (aclrtGetCurrentContext(&cur) != ACL_SUCCESS || cur == c) bad |= 1;
     if (aclrtGetDevice(&dev) != ACL_SUCCESS || dev != 4) bad |= 2;
-    if (aclrtSetCurrentContext(c) != ACL_ERROR_RT_CONTEXT_NULL) bad |= 4;
+    if (aclrtSetCurrentContext(c) != ACL_ERROR_RT_PARAM_INVALID) bad |= 4;
     if (aclrtDestroyContext(c) != ACL_ERROR_RT_CONTEXT_NULL) bad |= 8;
     if (aclrtSynchronizeStream(NULL) != ACL_SUCCESS) bad |= 16;
     if (aclrtDestroyStream(s) != ACL_ERROR_INVALID_PARAM) bad |= 32;
@@ -347,7 +347,7 @@ TEST(finalize_releases_contexts) {
   CHECK_OK(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_SATURATION));
   CHECK_OK(aclFinalize());
   /* Everything is gone; the thread is back on device 0's default context. */
-  CHECK_MSG(aclrtSetCurrentContext(c), ACL_ERROR_RT_CONTEXT_NULL, "not a live context");
+  CHECK_MSG(aclrtSetCurrentContext(c), ACL_ERROR_RT_PARAM_INVALID, "not a live context");
   CHECK_MSG(aclrtDestroyStream(s), ACL_ERROR_INVALID_PARAM, "not a live stream");
   int32_t dev = -1;
   CHECK_OK(aclrtGetDevice(&dev));
