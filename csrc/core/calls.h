@@ -235,48 +235,52 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
     (deviceId, errorInfo), NULL, OPTIONAL)
 
 /* stream configuration, failure modes, event and value tasks */
-#define AIPC_CALLS_STREAM(X)                                                                                                                                            \
-  X(aclError, aclrtSetStreamFailureMode, set_stream_failure_mode, (aclrtStream stream, uint64_t mode),                                                                  \
-    (stream, mode), NULL, OPTIONAL)                                                                                                                                     \
-  X(aclError, aclrtStreamQuery, stream_query, (aclrtStream stream, aclrtStreamStatus * status),                                                                         \
-    (stream, status), NULL, OPTIONAL)                                                                                                                                   \
-  X(aclError, aclrtCreateStreamWithConfig, create_stream_with_config, (aclrtStream * stream, uint32_t priority, uint32_t flag),                                         \
-    (stream, priority, flag), NULL, OPTIONAL)                                                                                                                           \
-  X(aipc_stream_config_ptr, aclrtCreateStreamConfigHandle, create_stream_config_handle, (void),                                                                         \
-    (), NULL, OPTIONAL)                                                                                                                                                 \
-  X(aclError, aclrtDestroyStreamConfigHandle, destroy_stream_config_handle, (aclrtStreamConfigHandle * handle),                                                         \
-    (handle), NULL, OPTIONAL)                                                                                                                                           \
-  X(aclError, aclrtSetStreamConfigOpt, set_stream_config_opt, (aclrtStreamConfigHandle * handle, aclrtStreamConfigAttr attr, const void *attrValue, size_t valueSize),  \
-    (handle, attr, attrValue, valueSize), NULL, OPTIONAL)                                                                                                               \
-  X(aclError, aclrtCreateStreamV2, create_stream_v2, (aclrtStream * stream, const aclrtStreamConfigHandle *handle),                                                     \
-    (stream, handle), NULL, OPTIONAL)                                                                                                                                   \
-  X(aclError, aclrtStreamGetFlags, stream_get_flags, (aclrtStream stream, uint32_t * flags),                                                                            \
-    (stream, flags), NULL, OPTIONAL)                                                                                                                                    \
-  X(aclError, aclrtStreamGetId, stream_get_id, (aclrtStream stream, int32_t * streamId),                                                                                \
-    (stream, streamId), NULL, OPTIONAL)                                                                                                                                 \
-  X(aclError, aclrtStreamGetPriority, stream_get_priority, (aclrtStream stream, uint32_t * priority),                                                                   \
-    (stream, priority), NULL, OPTIONAL)                                                                                                                                 \
-  X(aclError, aclrtStreamAbort, stream_abort, (aclrtStream stream),                                                                                                     \
-    (stream), NULL, OPTIONAL)                                                                                                                                           \
-  X(aclError, aclrtStreamStop, stream_stop, (aclrtStream stream),                                                                                                       \
-    (stream), NULL, OPTIONAL)                                                                                                                                           \
-  X(aclError, aclrtRegStreamStateCallback, reg_stream_state_callback, (const char *regName, aclrtStreamStateCallback callback, void *args),                             \
-    (regName, callback, args), NULL, OPTIONAL)                                                                                                                          \
-  X(aclError, aclrtResetEvent, reset_event, (aclrtEvent event, aclrtStream stream),                                                                                     \
-    (event, stream), NULL, OPTIONAL)                                                                                                                                    \
-  X(aclError, aclrtEventGetTimestamp, event_get_timestamp, (aclrtEvent event, uint64_t * timestamp),                                                                    \
-    (event, timestamp), NULL, OPTIONAL)                                                                                                                                 \
-  X(aclError, aclrtRecordEventWithFlag, record_event_with_flag, (aclrtEvent event, aclrtStream stream, uint32_t flag),                                                  \
-    (event, stream, flag), NULL, OPTIONAL)                                                                                                                              \
-  X(aclError, aclrtStreamWaitEventWithFlag, stream_wait_event_with_flag, (aclrtStream stream, aclrtEvent event, uint32_t timeout, uint32_t flag),                       \
-    (stream, event, timeout, flag), NULL, OPTIONAL)                                                                                                                     \
-  X(aclError, aclrtValueWrite, value_write, (void *devAddr, uint64_t value, uint32_t flag, aclrtStream stream),                                                         \
-    (devAddr, value, flag, stream), NULL, OPTIONAL)                                                                                                                     \
-  X(aclError, aclrtValueWait, value_wait, (void *devAddr, uint64_t value, uint32_t flag, aclrtStream stream),                                                           \
-    (devAddr, value, flag, stream), NULL, OPTIONAL)                                                                                                                     \
-  X(aclError, aclrtReduceAsync, reduce_async, (void *dst, const void *src, uint64_t count, aclrtReduceKind kind, aclDataType type, aclrtStream stream, void *reserve),  \
-    (dst, src, count, kind, type, stream, reserve), NULL, OPTIONAL)                                                                                                     \
-  X(aclError, aclrtRandomNumAsync, random_num_async, (const aclrtRandomNumTaskInfo *taskInfo, const aclrtStream stream, void *reserve),                                 \
+#define AIPC_CALLS_STREAM(X)                                                                                          \
+  X(aclError, aclrtSetStreamFailureMode, set_stream_failure_mode, (aclrtStream stream, uint64_t mode),                \
+    (stream, mode), NULL, OPTIONAL)                                                                                   \
+  X(aclError, aclrtStreamQuery, stream_query, (aclrtStream stream, aclrtStreamStatus * status),                       \
+    (stream, status), NULL, OPTIONAL)                                                                                 \
+  X(aclError, aclrtCreateStreamWithConfig, create_stream_with_config,                                                 \
+    (aclrtStream * stream, uint32_t priority, uint32_t flag),                                                         \
+    (stream, priority, flag), NULL, OPTIONAL)                                                                         \
+  X(aipc_stream_config_ptr, aclrtCreateStreamConfigHandle, create_stream_config_handle, (void), (), NULL, OPTIONAL)   \
+  X(aclError, aclrtDestroyStreamConfigHandle, destroy_stream_config_handle, (aclrtStreamConfigHandle * handle),       \
+    (handle), NULL, OPTIONAL)                                                                                         \
+  X(aclError, aclrtSetStreamConfigOpt, set_stream_config_opt,                                                         \
+    (aclrtStreamConfigHandle * handle, aclrtStreamConfigAttr attr, const void *attrValue, size_t valueSize),          \
+    (handle, attr, attrValue, valueSize), NULL, OPTIONAL)                                                             \
+  X(aclError, aclrtCreateStreamV2, create_stream_v2, (aclrtStream * stream, const aclrtStreamConfigHandle *handle),   \
+    (stream, handle), NULL, OPTIONAL)                                                                                 \
+  X(aclError, aclrtStreamGetFlags, stream_get_flags, (aclrtStream stream, uint32_t * flags),                          \
+    (stream, flags), NULL, OPTIONAL)                                                                                  \
+  X(aclError, aclrtStreamGetId, stream_get_id, (aclrtStream stream, int32_t * streamId),                              \
+    (stream, streamId), NULL, OPTIONAL)                                                                               \
+  X(aclError, aclrtStreamGetPriority, stream_get_priority, (aclrtStream stream, uint32_t * priority),                 \
+    (stream, priority), NULL, OPTIONAL)                                                                               \
+  X(aclError, aclrtStreamAbort, stream_abort, (aclrtStream stream), (stream), NULL, OPTIONAL)                         \
+  X(aclError, aclrtStreamStop, stream_stop, (aclrtStream stream), (stream), NULL, OPTIONAL)                           \
+  X(aclError, aclrtRegStreamStateCallback, reg_stream_state_callback,                                                 \
+    (const char *regName, aclrtStreamStateCallback callback, void *args),                                             \
+    (regName, callback, args), NULL, OPTIONAL)                                                                        \
+  X(aclError, aclrtResetEvent, reset_event, (aclrtEvent event, aclrtStream stream), (event, stream), NULL, OPTIONAL)  \
+  X(aclError, aclrtEventGetTimestamp, event_get_timestamp, (aclrtEvent event, uint64_t * timestamp),                  \
+    (event, timestamp), NULL, OPTIONAL)                                                                               \
+  X(aclError, aclrtRecordEventWithFlag, record_event_with_flag,                                                       \
+    (aclrtEvent event, aclrtStream stream, uint32_t flag),                                                            \
+    (event, stream, flag), NULL, OPTIONAL)                                                                            \
+  X(aclError, aclrtStreamWaitEventWithFlag, stream_wait_event_with_flag,                                              \
+    (aclrtStream stream, aclrtEvent event, uint32_t timeout, uint32_t flag),                                          \
+    (stream, event, timeout, flag), NULL, OPTIONAL)                                                                   \
+  X(aclError, aclrtValueWrite, value_write, (void *devAddr, uint64_t value, uint32_t flag, aclrtStream stream),       \
+    (devAddr, value, flag, stream), NULL, OPTIONAL)                                                                   \
+  X(aclError, aclrtValueWait, value_wait, (void *devAddr, uint64_t value, uint32_t flag, aclrtStream stream),         \
+    (devAddr, value, flag, stream), NULL, OPTIONAL)                                                                   \
+  X(aclError, aclrtReduceAsync, reduce_async,                                                                         \
+    (void *dst, const void *src, uint64_t count, aclrtReduceKind kind, aclDataType type, aclrtStream stream,          \
+     void *reserve),                                                                                                  \
+    (dst, src, count, kind, type, stream, reserve), NULL, OPTIONAL)                                                   \
+  X(aclError, aclrtRandomNumAsync, random_num_async,                                                                  \
+    (const aclrtRandomNumTaskInfo *taskInfo, const aclrtStream stream, void *reserve),                                \
     (taskInfo, stream, reserve), NULL, OPTIONAL)
 
 /* callbacks, host functions, exceptions, kernels */

@@ -12,9 +12,9 @@
  *
  * aclrtDestroyContext needs the streams, so it lives above stream.c
  * (context_ops.c); this file only takes the context out of the registry.
- * Lock: the registry's (handles.h), which also guards g_default. Lock order:
- * streams -> contexts (stream.c asks for the current context holding its
- * own locks); nothing here calls out while holding it.
+ * Lock: the registry's (handles.h), which also guards g_default; nothing
+ * here calls out while holding it. In the fork order it comes after the
+ * streams' locks and before memory's (runtime.c).
  */
 #include <stdatomic.h>
 #include <stddef.h>
@@ -96,14 +96,14 @@ static aclError default_ctx(const char *call, int32_t device, context **out) {
   return ACL_SUCCESS;
 }
 
-/* The live context for handle h, referenced; CANN's code for a handle that is
- * not one: ACL_ERROR_RT_CONTEXT_NULL. */
-static aclError lookup(const char *call, const char *what, const void *h, context **out) {
+/* The live context for handle h, referenced; code is CANN's for a handle
+ * that is not one (aclrtSetCurrentContext's runtime layer says
+ * ACL_ERROR_RT_PARAM_INVALID, aclrtDestroyContext's ACL_ERROR_RT_CONTEXT_NULL). */
+static aclError lookup(const char *call, const char *what, const void *h, aclError code, context **out) {
   if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s is NULL", call, what);
   aipc__handle *o;
   if (aipc__handles_get(&g_ctxs, call, what, h, &o) != ACL_SUCCESS)
-    return aipc__fail(ACL_ERROR_RT_CONTEXT_NULL, "%s: %s %p is not a live context (never created, or destroyed)", call,
-                      what, h);
+    return aipc__fail(code, "%s: %s %p is not a live context (never created, or destroyed)", call, what, h);
   *out = (context *)o;
   return ACL_SUCCESS;
 }
@@ -155,7 +155,7 @@ aclError aipc__emu_create_context(aclrtContext *out, int32_t deviceId) {
 aclError aipc__emu_set_current_context(aclrtContext h) {
   const char *call = AIPC_CALL_NAME(set_current_context);
   context *c;
-  aclError rc = lookup(call, "context", h, &c);
+  aclError rc = lookup(call, "context", h, ACL_ERROR_RT_PARAM_INVALID, &c);
   if (rc) return rc;
   if (c->is_default)
     aipc__device_set_context(c->device, NULL, 0);
@@ -178,7 +178,7 @@ aclError aipc__emu_get_current_context(aclrtContext *out) {
 
 aclError aipc__ctx_remove(const char *call, aclrtContext h, uint64_t *id, void **obj) {
   context *c;
-  aclError rc = lookup(call, "context", h, &c);
+  aclError rc = lookup(call, "context", h, ACL_ERROR_RT_CONTEXT_NULL, &c);
   if (rc) return rc;
   bool is_default = c->is_default;
   put(c);

@@ -40,7 +40,7 @@ aclError aipc__emu_synchronize_device(void) {
 
 aclError aipc__emu_set_stream_overflow_switch(aclrtStream stream, uint32_t flag) {
   const char *call = AIPC_CALL_NAME(set_stream_overflow_switch);
-  if (flag > 1) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: flag %u is not 0 (off) or 1 (on)", call, flag);
+  if (flag > 1) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: flag %u is not 0 (off) or 1 (on)", call, flag);
   return aipc__stream_overflow_switch(call, stream, &flag, NULL);
 }
 
@@ -94,7 +94,7 @@ aclError aipc__emu_get_overflow_status(void *outputAddr, size_t outputSize, aclr
   const char *call = AIPC_CALL_NAME(get_overflow_status);
   if (!outputAddr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: outputAddr is NULL", call);
   if (outputSize != OVERFLOW_STATUS_SIZE)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: outputSize %zu must be %d (CANN's status size)", call, outputSize,
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: outputSize %zu must be %d (CANN's status size)", call, outputSize,
                       OVERFLOW_STATUS_SIZE);
   return submit(call, outputAddr, stream);
 }

@@ -4,14 +4,20 @@
  * CANN attributes, resource limits, the saturation mode and the overflow
  * flag, and the calling thread's last error.
  *
- * The profile is the emulator's, shaped like an Atlas A2 chip (the default
- * name, Ascend910B4, is one; ASCEND_IPC_EMU_SOC names another): 20 cube
- * cores, 40 vector cores, 6 AI CPUs. No core exists: kernels run on the host
- * (their stand-ins), so the counts bound what a launch may ask and what a
- * limit may be, nothing more. Queries whose answer would be made up are
+ * The chip is named by ASCEND_IPC_EMU_SOC (default Ascend910B1, an Atlas A2
+ * chip, the name CANN's runtime itself falls back on). Its profile (cube,
+ * vector and AI CPU counts, NPU architecture) is that chip's, as CANN's
+ * platform files give it, for the names in g_socs; another name gets
+ * Ascend910B1's counts and no architecture. No core exists: kernels run on
+ * the host (their stand-ins), so the counts bound resource limits and what
+ * a launch may ask, nothing more. Queries whose answer would be made up are
  * refused with ACL_ERROR_RT_FEATURE_NOT_SUPPORT.
  *
- * State: atomics per device, no lock. aclFinalize resets them.
+ * Codes: a NULL pointer is ACL_ERROR_INVALID_PARAM (CANN's ACL layer checks
+ * it); a value CANN's runtime layer checks (a limit, a mode, a flag, an
+ * attribute) is ACL_ERROR_RT_PARAM_INVALID, as there.
+ *
+ * State: atomics, no lock. aclFinalize resets them.
  */
 #include <ctype.h>
 #include <pthread.h>
@@ -21,22 +27,46 @@
 
 #include "emu_internal.h"
 
-#define CUBE_CORES 20u
-#define VECTOR_CORES 40u
-#define AICPU_CORES 6
-#define SOC_DEFAULT "Ascend910B4"
+#define SOC_DEFAULT "Ascend910B1"
 #define SOC_MAX 64
 /* The CANN release the project follows (docs/hardware.md). */
 #define CANN_VERSION "9.0.0"
 #define CANN_VERSION_NUM 90000000 /* CANN's encoding: major*1e7 + minor*1e5 + patch*1e3 */
 
+typedef struct soc_profile {
+  const char *prefix; /* a name, or a family's prefix ending in '*' */
+  int32_t arch;       /* CANN's NpuArch number */
+  uint32_t cube, vector, aicpu;
+} soc_profile;
+
+/* First match wins: exact names before their family's prefix. */
+static const soc_profile g_socs[] = {
+    {"Ascend910B1", 2201, 24, 48, 6},   {"Ascend910B2", 2201, 24, 48, 6},   {"Ascend910B2C", 2201, 24, 48, 6},
+    {"Ascend910B3", 2201, 20, 40, 6},   {"Ascend910B4", 2201, 20, 40, 6},   {"Ascend910B4-1", 2201, 20, 40, 6},
+    {"Ascend910_9362", 2201, 20, 40, 6}, {"Ascend910_9363", 2201, 20, 40, 6}, {"Ascend910_9372", 2201, 20, 40, 6},
+    {"Ascend910_93*", 2201, 24, 48, 6}, {"Ascend910B", 1001, 30, 0, 6},     {"Ascend910ProB", 1001, 30, 0, 4},
+    {"Ascend910*", 1001, 32, 0, 4},     {"Ascend310P1", 2002, 10, 8, 8},    {"Ascend310P*", 2002, 8, 7, 8},
+    {"Ascend310B*", 3002, 1, 1, 4},     {"Ascend950*", 3510, 32, 64, 6},    {"Ascend350*", 3510, 16, 32, 4},
+};
+
+static const soc_profile *soc_lookup(const char *name) {
+  for (size_t i = 0; i < sizeof g_socs / sizeof g_socs[0]; i++) {
+    const char *p = g_socs[i].prefix;
+    size_t n = strlen(p);
+    if (p[n - 1] == '*' ? strncmp(name, p, n - 1) == 0 : strcmp(name, p) == 0) return &g_socs[i];
+  }
+  return NULL;
+}
+
 static char g_soc[SOC_MAX];
+static soc_profile g_profile;
 static pthread_once_t g_soc_once = PTHREAD_ONCE_INIT;
 
-/* 0: no limit set (the cores). */
+/* Limit + 1 per device and kind; 0: none set (the cores). */
 static _Atomic uint32_t g_limit[AIPC_MAX_DEVICES][2];
-/* aclrtFloatOverflowMode + 1; 0: never set (INFNAN, an A2's default). */
-static _Atomic int g_sat_mode[AIPC_MAX_DEVICES];
+/* The process's overflow mode (CANN keeps one per process), + 1; 0: never
+ * set (INFNAN, an A2's default). */
+static _Atomic int g_sat_mode;
 static _Atomic uint32_t g_overflow[AIPC_MAX_DEVICES];
 
 /* A name CANN's tools accept as a SOC_VERSION: letters, digits, _ and -. */
@@ -51,6 +81,13 @@ static bool soc_name_ok(const char *s) {
 static void soc_load(void) {
   const char *e = getenv("ASCEND_IPC_EMU_SOC");
   strcpy(g_soc, e && soc_name_ok(e) ? e : SOC_DEFAULT);
+  const soc_profile *p = soc_lookup(g_soc);
+  g_profile = p ? *p : (soc_profile){NULL, 0, 24, 48, 6};
+}
+
+static const soc_profile *profile(void) {
+  pthread_once(&g_soc_once, soc_load);
+  return &g_profile;
 }
 
 static aclError check_device(const char *call, const char *what, int64_t id) {
@@ -63,19 +100,19 @@ static aclError check_device(const char *call, const char *what, int64_t id) {
 
 static aclError check_res_type(const char *call, int type) {
   if (type != ACL_RT_DEV_RES_CUBE_CORE && type != ACL_RT_DEV_RES_VECTOR_CORE)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
                       "%s: type %d is not an aclrtDevResLimitType (ACL_RT_DEV_RES_CUBE_CORE 0, "
                       "ACL_RT_DEV_RES_VECTOR_CORE 1)",
                       call, type);
   return ACL_SUCCESS;
 }
 
-uint32_t aipc__dev_cores(int type) { return type == ACL_RT_DEV_RES_CUBE_CORE ? CUBE_CORES : VECTOR_CORES; }
+uint32_t aipc__dev_cores(int type) { return type == ACL_RT_DEV_RES_CUBE_CORE ? profile()->cube : profile()->vector; }
 
 uint32_t aipc__dev_res_limit(int32_t device, int type) {
   if (device < 0 || device >= AIPC_MAX_DEVICES || (type != 0 && type != 1)) return 0;
   uint32_t v = atomic_load(&g_limit[device][type]);
-  return v ? v : aipc__dev_cores(type);
+  return v ? v - 1 : aipc__dev_cores(type);
 }
 
 void aipc__dev_overflow_raise(int32_t device) {
@@ -91,10 +128,10 @@ void aipc__dev_overflow_clear(int32_t device) {
 }
 
 void aipc__devinfo_finalize(void) {
+  atomic_store(&g_sat_mode, 0);
   for (int d = 0; d < AIPC_MAX_DEVICES; d++) {
     atomic_store(&g_limit[d][0], 0);
     atomic_store(&g_limit[d][1], 0);
-    atomic_store(&g_sat_mode[d], 0);
     atomic_store(&g_overflow[d], 0);
   }
 }
@@ -108,7 +145,7 @@ aclError aipc__emu_get_run_mode(aclrtRunMode *runMode) {
 }
 
 aipc_cstr aipc__emu_get_soc_name(void) {
-  pthread_once(&g_soc_once, soc_load);
+  (void)profile();
   return g_soc;
 }
 
@@ -116,9 +153,13 @@ aclError aipc__emu_check_arch_compatibility(const char *socVersion, int32_t *can
   const char *call = AIPC_CALL_NAME(check_arch_compatibility);
   if (!socVersion) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: socVersion is NULL", call);
   if (!canCompatible) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: canCompatible is NULL", call);
-  /* Code built for this chip runs here; for any other, the emulator cannot
-   * vouch (its kernels are host stand-ins built for the name it reports). */
-  *canCompatible = strcmp(socVersion, aipc__emu_get_soc_name()) == 0;
+  /* CANN's rule: compatible when both chips have the same NPU architecture;
+   * a name it does not know is an error. */
+  const soc_profile *theirs = soc_lookup(socVersion), *ours = profile();
+  if (!theirs && strcmp(socVersion, aipc__emu_get_soc_name()) != 0)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: socVersion \"%.64s\" is not a SoC the runtime knows", call,
+                      socVersion);
+  *canCompatible = theirs && ours->arch ? theirs->arch == ours->arch : strcmp(socVersion, aipc__emu_get_soc_name()) == 0;
   return ACL_SUCCESS;
 }
 
@@ -129,10 +170,16 @@ aclError aipc__emu_get_device_info(uint32_t deviceId, aclrtDevAttr attr, int64_t
   if (rc) return rc;
   int64_t v;
   switch ((int)attr) {
-    case ACL_DEV_ATTR_AICPU_CORE_NUM: v = AICPU_CORES; break;
+    case ACL_DEV_ATTR_AICPU_CORE_NUM: v = profile()->aicpu; break;
     case ACL_DEV_ATTR_AICORE_CORE_NUM:
-    case ACL_DEV_ATTR_CUBE_CORE_NUM: v = CUBE_CORES; break;
-    case ACL_DEV_ATTR_VECTOR_CORE_NUM: v = VECTOR_CORES; break;
+    case ACL_DEV_ATTR_CUBE_CORE_NUM: v = profile()->cube; break;
+    case ACL_DEV_ATTR_VECTOR_CORE_NUM: v = profile()->vector; break;
+    case ACL_DEV_ATTR_NPU_ARCH:
+      if (!profile()->arch)
+        return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "%s: the emulated chip %s has no known NPU architecture",
+                          call, aipc__emu_get_soc_name());
+      v = profile()->arch;
+      break;
     case ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE: v = (int64_t)aipc__config_get()->memory; break;
     case ACL_DEV_ATTR_SMP_ID: v = 0; break; /* every emulated device is in this one OS */
     case ACL_DEV_ATTR_PHY_CHIP_ID: v = (int64_t)deviceId; break;
@@ -156,12 +203,11 @@ aclError aipc__emu_get_device_info(uint32_t deviceId, aclrtDevAttr attr, int64_t
     case ACL_DEV_ATTR_CUST_OP_PRIVILEGE:
     case ACL_DEV_ATTR_MAINBOARD_ID:
     case ACL_DEV_ATTR_DEVICE_FORM_FACTOR:
-    case ACL_DEV_ATTR_NPU_ARCH:
       return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
                         "%s: attribute %d is not modelled by the emulated device (it has no such hardware to report on)",
                         call, (int)attr);
     default:
-      return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: attr %d is not an aclrtDevAttr", call, (int)attr);
+      return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: attr %d is not an aclrtDevAttr", call, (int)attr);
   }
   *value = v;
   return ACL_SUCCESS;
@@ -178,7 +224,7 @@ aclError aipc__emu_get_device_capability(int32_t deviceId, aclrtDevFeatureType d
       *value = ACL_DEV_FEATURE_NOT_SUPPORT;
       return ACL_SUCCESS;
     default:
-      return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devFeatureType %d is not an aclrtDevFeatureType", call,
+      return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: devFeatureType %d is not an aclrtDevFeatureType", call,
                         (int)devFeatureType);
   }
 }
@@ -236,10 +282,10 @@ aclError aipc__emu_set_device_res_limit(int32_t deviceId, aclrtDevResLimitType t
   aclError rc;
   if ((rc = check_device(call, "deviceId", deviceId)) || (rc = check_res_type(call, (int)type))) return rc;
   uint32_t cores = aipc__dev_cores((int)type);
-  if (value == 0 || value > cores)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: value %u is out of range: the device has %u %s cores (1..%u)",
-                      call, value, cores, type == ACL_RT_DEV_RES_CUBE_CORE ? "cube" : "vector", cores);
-  atomic_store(&g_limit[deviceId][type], value);
+  if (value > cores) /* CANN's only rule: not more than the chip has */
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: value %u is more than the device's %u %s cores", call, value,
+                      cores, type == ACL_RT_DEV_RES_CUBE_CORE ? "cube" : "vector");
+  atomic_store(&g_limit[deviceId][type], value + 1);
   return ACL_SUCCESS;
 }
 
@@ -276,16 +322,16 @@ aclError aipc__emu_get_res_in_current_thread(aclrtDevResLimitType type, uint32_t
 aclError aipc__emu_set_device_sat_mode(aclrtFloatOverflowMode mode) {
   const char *call = AIPC_CALL_NAME(set_device_sat_mode);
   if (mode != ACL_RT_OVERFLOW_MODE_SATURATION && mode != ACL_RT_OVERFLOW_MODE_INFNAN)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
                       "%s: mode %d is not ACL_RT_OVERFLOW_MODE_SATURATION (0) or ACL_RT_OVERFLOW_MODE_INFNAN (1)", call,
                       (int)mode);
-  atomic_store(&g_sat_mode[aipc__device_current()], (int)mode + 1);
+  atomic_store(&g_sat_mode, (int)mode + 1); /* the process's, as in CANN */
   return ACL_SUCCESS;
 }
 
 aclError aipc__emu_get_device_sat_mode(aclrtFloatOverflowMode *mode) {
   if (!mode) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: mode is NULL", AIPC_CALL_NAME(get_device_sat_mode));
-  int m = atomic_load(&g_sat_mode[aipc__device_current()]);
+  int m = atomic_load(&g_sat_mode);
   *mode = m ? (aclrtFloatOverflowMode)(m - 1) : ACL_RT_OVERFLOW_MODE_INFNAN;
   return ACL_SUCCESS;
 }

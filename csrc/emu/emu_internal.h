@@ -141,7 +141,8 @@ aclError aipc__stream_default_handle(const char *call, aclrtStream *out);
 /* Waits for every stream of device; the first stored error, if any (left
  * stored for the stream's own synchronize). */
 aclError aipc__stream_synchronize_device(const char *call, int32_t device);
-/* A stream's overflow-detection switch (NULL: the default stream). */
+/* A stream's overflow-detection switch (NULL: the default stream); the
+ * stream must be in the current context (ACL_ERROR_RT_STREAM_CONTEXT). */
 aclError aipc__stream_overflow_switch(const char *call, aclrtStream h, const uint32_t *set, uint32_t *get);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * The registry of live handles, one per kind of object (events, notifies,
- * streams), shared by event.c, notify.c and stream.c.
+ * streams, contexts), shared by event.c, notify.c, stream.c and context.c.
  *
  * A handle a caller passes is looked up by its value in the registry of its
  * kind and dereferenced only when found there, so a stale, destroyed,
@@ -12,8 +12,9 @@
  * Ownership: the registry owns its map and lock, never the objects; it
  * calls nothing of its kind's file except the ops that file passes. Its lock
  * is the kind's place in the lock order (event -> notify -> vmm -> IPC layer
- * -> streams -> memory): a kind may take it (aipc__handles_lock) to guard a
- * few fields of its own, as event.c and notify.c do for their exports.
+ * -> streams -> contexts -> memory): a kind may take it (aipc__handles_lock)
+ * to guard a few fields of its own, as event.c and notify.c do for their
+ * exports.
  */
 #ifndef ASCEND_IPC_EMU_HANDLES_H_
 #define ASCEND_IPC_EMU_HANDLES_H_

@@ -98,6 +98,19 @@ static _Thread_local uint32_t tl_last_task; /* aclrtGetThreadLastTaskId */
 
 static aipc__hkey ctx_key(uint64_t id) { return (aipc__hkey){id, 0}; }
 
+/* After registering a stream of context ctx: whether ctx is still live. A
+ * destroy takes the context out before it collects its streams, so a stream
+ * registered while the context was live is collected by it, and one whose
+ * context is gone here is the creator's to undo. */
+static aclError ctx_still_live(const char *call, uint64_t ctx) {
+  uint64_t now;
+  int32_t device;
+  aclError rc = aipc__ctx_current(call, &now, &device);
+  if (rc == ACL_SUCCESS && now != ctx)
+    rc = aipc__fail(ACL_ERROR_RT_CONTEXT_NULL, "%s: the current context was destroyed meanwhile", call);
+  return rc;
+}
+
 /* A task the stream will never run: its drop hook (a record completes its
  * event with err), then its free. */
 static void drop_task(aipc__task *t, aclError err) {
@@ -263,12 +276,12 @@ static aclError get(const char *call, aclrtStream h, stream **out) {
   if (!s) {
     if ((rc = stream_new(call, ctx, device, 0, 0, &s)) == ACL_SUCCESS) {
       s->is_default = true;
-      aipc__handle_ref(&s->h); /* the map's, until it is registered */
-      if ((rc = aipc__handles_add(&g_streams, call, &s->h)) == ACL_SUCCESS &&
-          aipc__hmap_put(&g_defaults, ctx_key(ctx), s) != 0) {
+      aipc__handle_ref(&s->h); /* the caller's; the registry takes the first */
+      if ((rc = aipc__handles_add(&g_streams, call, &s->h)) == ACL_SUCCESS) {
+        if ((rc = ctx_still_live(call, ctx)) == ACL_SUCCESS && aipc__hmap_put(&g_defaults, ctx_key(ctx), s) != 0)
+          rc = aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
         aipc__handle *o;
-        if (aipc__handles_remove(&g_streams, call, s, &o) == ACL_SUCCESS) stream_shutdown(s, false);
-        rc = aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+        if (rc && aipc__handles_remove(&g_streams, call, s, &o) == ACL_SUCCESS) stream_shutdown(s, false);
       }
       if (rc) {
         put(s);
@@ -403,6 +416,11 @@ static aclError create(const char *call, aclrtStream *stream_out, uint32_t flags
   stream *s = NULL;
   if ((rc = stream_new(call, ctx, device, flags, priority, &s))) return rc;
   if ((rc = aipc__handles_add(&g_streams, call, &s->h))) return rc;
+  if ((rc = ctx_still_live(call, ctx))) { /* a racing aclrtDestroyContext */
+    aipc__handle *o;
+    if (aipc__handles_remove(&g_streams, call, s, &o) == ACL_SUCCESS) stream_shutdown(s, false);
+    return rc;
+  }
   *stream_out = s;
   aipc__stream_state_notify(s, ACL_RT_STREAM_STATE_CREATE_POST);
   return ACL_SUCCESS;
@@ -866,6 +884,15 @@ aclError aipc__stream_overflow_switch(const char *call, aclrtStream h, const uin
   stream *s = NULL;
   aclError rc = get(call, h, &s);
   if (rc) return rc;
+  uint64_t ctx;
+  int32_t device;
+  if ((rc = aipc__ctx_current(call, &ctx, &device)) == ACL_SUCCESS && s->ctx != ctx)
+    rc = aipc__fail(ACL_ERROR_RT_STREAM_CONTEXT, "%s: stream %p belongs to another context than the current one", call,
+                    h);
+  if (rc) {
+    put(s);
+    return rc;
+  }
   if (set) atomic_store(&s->overflow_switch, *set);
   if (get_out) *get_out = atomic_load(&s->overflow_switch);
   put(s);

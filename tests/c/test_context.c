@@ -70,18 +70,18 @@ TEST(context_bad_arguments) {
   CHECK_MSG(aclrtGetCurrentContext(NULL), ACL_ERROR_INVALID_PARAM, "NULL");
   CHECK_MSG(aclrtCtxGetCurrentDefaultStream(NULL), ACL_ERROR_INVALID_PARAM, "NULL");
   int forged = 0;
-  CHECK_MSG(aclrtSetCurrentContext(&forged), ACL_ERROR_RT_CONTEXT_NULL, "not a live context");
+  CHECK_MSG(aclrtSetCurrentContext(&forged), ACL_ERROR_RT_PARAM_INVALID, "not a live context");
   CHECK_MSG(aclrtDestroyContext(&forged), ACL_ERROR_RT_CONTEXT_NULL, "not a live context");
   /* A stream handle is not a context. */
   aclrtStream s = NULL;
   CHECK_OK(aclrtCreateStream(&s));
-  CHECK_MSG(aclrtSetCurrentContext(s), ACL_ERROR_RT_CONTEXT_NULL, "not a live context");
+  CHECK_MSG(aclrtSetCurrentContext(s), ACL_ERROR_RT_PARAM_INVALID, "not a live context");
   CHECK_OK(aclrtDestroyStream(s));
   /* Destroyed: twice is an error, and so is using it. */
   CHECK_OK(aclrtCreateContext(&c, 1));
   CHECK_OK(aclrtDestroyContext(c));
   CHECK_MSG(aclrtDestroyContext(c), ACL_ERROR_RT_CONTEXT_NULL, "not a live context");
-  CHECK_MSG(aclrtSetCurrentContext(c), ACL_ERROR_RT_CONTEXT_NULL, "not a live context");
+  CHECK_MSG(aclrtSetCurrentContext(c), ACL_ERROR_RT_PARAM_INVALID, "not a live context");
 }
 
 /* The default stream is per context: work on NULL goes to the current
@@ -250,6 +250,54 @@ TEST(racing_destroys_exactly_one_wins) {
   CHECK_OK(aclFinalize());
 }
 
+typedef struct creator {
+  aclrtContext ctx;
+  aclrtStream made[16];
+  int n;
+  int bad;
+} creator;
+
+static void *create_until_gone(void *arg) {
+  creator *c = arg;
+  if (aclrtSetCurrentContext(c->ctx) != ACL_SUCCESS) return NULL; /* already destroyed */
+  while (c->n < 16) {
+    aclrtStream s = NULL;
+    aclError rc = aclrtCreateStream(&s);
+    if (rc == ACL_ERROR_RT_CONTEXT_NULL) break;
+    if (rc != ACL_SUCCESS) {
+      c->bad = rc;
+      break;
+    }
+    c->made[c->n++] = s;
+    if (aclrtSynchronizeStream(NULL) != ACL_SUCCESS) break; /* its default stream: gone with it */
+  }
+  return NULL;
+}
+
+/* Streams created while their context is destroyed: each either fails or is
+ * destroyed with the context, none outlives it. */
+TEST(streams_created_during_destroy_go_with_the_context) {
+  for (int round = 0; round < 10; round++) {
+    aclrtContext ctx = NULL;
+    CHECK_OK(aclrtCreateContext(&ctx, 0));
+    CHECK_OK(aclrtSetDevice(0));
+    creator c[3];
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) {
+      c[i] = (creator){ctx, {0}, 0, 0};
+      CHECK_EQ(pthread_create(&t[i], NULL, create_until_gone, &c[i]), 0);
+    }
+    usleep(1000 * (round % 4));
+    CHECK_OK(aclrtDestroyContext(ctx));
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 3; i++) {
+      CHECK_EQ(c[i].bad, 0);
+      for (int k = 0; k < c[i].n; k++) CHECK_ACL(aclrtSynchronizeStream(c[i].made[k]), ACL_ERROR_INVALID_PARAM);
+    }
+  }
+  CHECK_OK(aclFinalize());
+}
+
 TEST(fork_child_starts_on_default_contexts) {
   aclrtContext c = NULL;
   CHECK_OK(aclrtCreateContext(&c, 4));
@@ -265,7 +313,7 @@ TEST(fork_child_starts_on_default_contexts) {
     /* The parent's context is unknown here; the thread is on device 4's default. */
     if (aclrtGetCurrentContext(&cur) != ACL_SUCCESS || cur == c) bad |= 1;
     if (aclrtGetDevice(&dev) != ACL_SUCCESS || dev != 4) bad |= 2;
-    if (aclrtSetCurrentContext(c) != ACL_ERROR_RT_CONTEXT_NULL) bad |= 4;
+    if (aclrtSetCurrentContext(c) != ACL_ERROR_RT_PARAM_INVALID) bad |= 4;
     if (aclrtDestroyContext(c) != ACL_ERROR_RT_CONTEXT_NULL) bad |= 8;
     if (aclrtSynchronizeStream(NULL) != ACL_SUCCESS) bad |= 16;
     if (aclrtDestroyStream(s) != ACL_ERROR_INVALID_PARAM) bad |= 32;
@@ -273,7 +321,8 @@ TEST(fork_child_starts_on_default_contexts) {
     if (aclrtCreateContext(&mine, 2) != ACL_SUCCESS || aclrtDestroyContext(mine) != ACL_SUCCESS) bad |= 64;
     uint32_t v = 0;
     if (aclrtGetDeviceResLimit(4, ACL_RT_DEV_RES_CUBE_CORE, &v) != ACL_SUCCESS || v != 3) bad |= 128;
-    _exit(bad);
+    if (aclFinalize() != ACL_SUCCESS) bad |= 256;
+    _exit(bad > 255 ? 255 : bad);
   }
   int st = 0;
   CHECK_EQ(waitpid(pid, &st, 0), pid);
@@ -298,7 +347,7 @@ TEST(finalize_releases_contexts) {
   CHECK_OK(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_SATURATION));
   CHECK_OK(aclFinalize());
   /* Everything is gone; the thread is back on device 0's default context. */
-  CHECK_MSG(aclrtSetCurrentContext(c), ACL_ERROR_RT_CONTEXT_NULL, "not a live context");
+  CHECK_MSG(aclrtSetCurrentContext(c), ACL_ERROR_RT_PARAM_INVALID, "not a live context");
   CHECK_MSG(aclrtDestroyStream(s), ACL_ERROR_INVALID_PARAM, "not a live stream");
   int32_t dev = -1;
   CHECK_OK(aclrtGetDevice(&dev));
@@ -307,7 +356,7 @@ TEST(finalize_releases_contexts) {
   CHECK(d != NULL);
   uint32_t v = 0;
   CHECK_OK(aclrtGetDeviceResLimit(1, ACL_RT_DEV_RES_VECTOR_CORE, &v));
-  CHECK_EQ(v, 40);
+  CHECK_EQ(v, 48);
   aclrtFloatOverflowMode m = ACL_RT_OVERFLOW_MODE_UNDEF;
   CHECK_OK(aclrtGetDeviceSatMode(&m));
   CHECK_EQ(m, ACL_RT_OVERFLOW_MODE_INFNAN);
@@ -369,26 +418,33 @@ TEST(device_queries) {
 
   const char *soc = aclrtGetSocName();
   CHECK(soc != NULL);
-  CHECK(strcmp(soc, "Ascend910B4") == 0);
+  CHECK(strcmp(soc, "Ascend910B1") == 0);
   int32_t ok = -1;
   CHECK_OK(aclrtCheckArchCompatibility(soc, &ok));
   CHECK_EQ(ok, 1);
-  CHECK_OK(aclrtCheckArchCompatibility("Ascend310P3", &ok));
+  CHECK_OK(aclrtCheckArchCompatibility("Ascend310P3", &ok)); /* another architecture */
   CHECK_EQ(ok, 0);
+  CHECK_OK(aclrtCheckArchCompatibility("Ascend910_9392", &ok)); /* an A3: the same architecture */
+  CHECK_EQ(ok, 1);
+  CHECK_MSG(aclrtCheckArchCompatibility("NoSuchChip", &ok), ACL_ERROR_RT_PARAM_INVALID, "not a SoC");
   CHECK_ACL(aclrtCheckArchCompatibility(NULL, &ok), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtCheckArchCompatibility(soc, NULL), ACL_ERROR_INVALID_PARAM);
 
   int64_t v = 0;
   CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_VECTOR_CORE_NUM, &v));
-  CHECK_EQ(v, 40);
+  CHECK_EQ(v, 48);
   CHECK_OK(aclrtGetDeviceInfo(7, ACL_DEV_ATTR_CUBE_CORE_NUM, &v));
-  CHECK_EQ(v, 20);
+  CHECK_EQ(v, 24);
   CHECK_OK(aclrtGetDeviceInfo(3, ACL_DEV_ATTR_PHY_CHIP_ID, &v));
   CHECK_EQ(v, 3);
   CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE, &v));
   CHECK_EQ(v, 64LL << 30);
+  CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_AICPU_CORE_NUM, &v));
+  CHECK_EQ(v, 6);
+  CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_NPU_ARCH, &v));
+  CHECK_EQ(v, 2201);
   CHECK_MSG(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_L2_CACHE_SIZE, &v), ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "not modelled");
-  CHECK_MSG(aclrtGetDeviceInfo(0, (aclrtDevAttr)999, &v), ACL_ERROR_INVALID_PARAM, "not an aclrtDevAttr");
+  CHECK_MSG(aclrtGetDeviceInfo(0, (aclrtDevAttr)999, &v), ACL_ERROR_RT_PARAM_INVALID, "not an aclrtDevAttr");
   CHECK_MSG(aclrtGetDeviceInfo(8, ACL_DEV_ATTR_CUBE_CORE_NUM, &v), ACL_ERROR_RT_INVALID_DEVICEID, "out of range");
   CHECK_MSG(aclrtGetDeviceInfo(UINT32_MAX, ACL_DEV_ATTR_CUBE_CORE_NUM, &v), ACL_ERROR_RT_INVALID_DEVICEID, "range");
   CHECK_ACL(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_CUBE_CORE_NUM, NULL), ACL_ERROR_INVALID_PARAM);
@@ -396,7 +452,7 @@ TEST(device_queries) {
   int32_t cap = -1;
   CHECK_OK(aclrtGetDeviceCapability(0, ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV, &cap));
   CHECK_EQ(cap, ACL_DEV_FEATURE_NOT_SUPPORT);
-  CHECK_ACL(aclrtGetDeviceCapability(0, (aclrtDevFeatureType)5, &cap), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aclrtGetDeviceCapability(0, (aclrtDevFeatureType)5, &cap), ACL_ERROR_RT_PARAM_INVALID);
   CHECK_ACL(aclrtGetDeviceCapability(-1, ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV, &cap), ACL_ERROR_RT_INVALID_DEVICEID);
   CHECK_ACL(aclrtGetDeviceCapability(0, ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV, NULL), ACL_ERROR_INVALID_PARAM);
 
@@ -427,19 +483,41 @@ TEST(device_queries) {
 }
 
 TEST(soc_name_from_the_environment) {
-  setenv("ASCEND_IPC_EMU_SOC", "Ascend310P3", 1);
-  CHECK(strcmp(aclrtGetSocName(), "Ascend310P3") == 0);
+  setenv("ASCEND_IPC_EMU_SOC", "Ascend910B4", 1);
+  CHECK(strcmp(aclrtGetSocName(), "Ascend910B4") == 0);
+  /* That chip's profile. */
+  int64_t v = 0;
+  CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_CUBE_CORE_NUM, &v));
+  CHECK_EQ(v, 20);
+  uint32_t lim = 0;
+  CHECK_OK(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_VECTOR_CORE, &lim));
+  CHECK_EQ(lim, 40);
+  int32_t ok = -1;
+  CHECK_OK(aclrtCheckArchCompatibility("Ascend910B1", &ok));
+  CHECK_EQ(ok, 1);
+}
+
+TEST(soc_name_unknown_to_the_runtime) {
+  setenv("ASCEND_IPC_EMU_SOC", "MyChip_1", 1);
+  CHECK(strcmp(aclrtGetSocName(), "MyChip_1") == 0);
+  int32_t ok = -1;
+  CHECK_OK(aclrtCheckArchCompatibility("MyChip_1", &ok));
+  CHECK_EQ(ok, 1);
+  CHECK_OK(aclrtCheckArchCompatibility("Ascend910B1", &ok));
+  CHECK_EQ(ok, 0);
+  int64_t v = 0;
+  CHECK_ACL(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_NPU_ARCH, &v), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
 }
 
 TEST(soc_name_malformed_falls_back) {
   setenv("ASCEND_IPC_EMU_SOC", "bad name;rm", 1);
-  CHECK(strcmp(aclrtGetSocName(), "Ascend910B4") == 0);
+  CHECK(strcmp(aclrtGetSocName(), "Ascend910B1") == 0);
 }
 
 TEST(res_limits) {
   uint32_t v = 0;
   CHECK_OK(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, &v));
-  CHECK_EQ(v, 20);
+  CHECK_EQ(v, 24);
   CHECK_OK(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 8));
   CHECK_OK(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_VECTOR_CORE, 1));
   CHECK_OK(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, &v));
@@ -449,20 +527,23 @@ TEST(res_limits) {
   CHECK_EQ(v, 1);
   CHECK_OK(aclrtSetDevice(1));
   CHECK_OK(aclrtGetResInCurrentThread(ACL_RT_DEV_RES_VECTOR_CORE, &v));
-  CHECK_EQ(v, 40);
+  CHECK_EQ(v, 48);
   CHECK_OK(aclrtResetDeviceResLimit(0));
   CHECK_OK(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, &v));
-  CHECK_EQ(v, 20);
-  CHECK_MSG(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 0), ACL_ERROR_INVALID_PARAM, "out of range");
-  CHECK_MSG(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 21), ACL_ERROR_INVALID_PARAM, "out of range");
-  CHECK_MSG(aclrtSetDeviceResLimit(0, (aclrtDevResLimitType)2, 1), ACL_ERROR_INVALID_PARAM, "aclrtDevResLimitType");
+  CHECK_EQ(v, 24);
+  CHECK_OK(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 0)); /* CANN allows none */
+  CHECK_OK(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, &v));
+  CHECK_EQ(v, 0);
+  CHECK_OK(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 24));
+  CHECK_MSG(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 25), ACL_ERROR_RT_PARAM_INVALID, "more than");
+  CHECK_MSG(aclrtSetDeviceResLimit(0, (aclrtDevResLimitType)2, 1), ACL_ERROR_RT_PARAM_INVALID, "aclrtDevResLimitType");
   CHECK_ACL(aclrtSetDeviceResLimit(8, ACL_RT_DEV_RES_CUBE_CORE, 1), ACL_ERROR_RT_INVALID_DEVICEID);
   CHECK_ACL(aclrtGetDeviceResLimit(-1, ACL_RT_DEV_RES_CUBE_CORE, &v), ACL_ERROR_RT_INVALID_DEVICEID);
   CHECK_ACL(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, NULL), ACL_ERROR_INVALID_PARAM);
-  CHECK_ACL(aclrtGetDeviceResLimit(0, (aclrtDevResLimitType)-1, &v), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aclrtGetDeviceResLimit(0, (aclrtDevResLimitType)-1, &v), ACL_ERROR_RT_PARAM_INVALID);
   CHECK_ACL(aclrtResetDeviceResLimit(64), ACL_ERROR_RT_INVALID_DEVICEID);
   CHECK_ACL(aclrtGetResInCurrentThread(ACL_RT_DEV_RES_CUBE_CORE, NULL), ACL_ERROR_INVALID_PARAM);
-  CHECK_ACL(aclrtGetResInCurrentThread((aclrtDevResLimitType)7, &v), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aclrtGetResInCurrentThread((aclrtDevResLimitType)7, &v), ACL_ERROR_RT_PARAM_INVALID);
 }
 
 /* ---- versions and attributes ---------------------------------------------- */
@@ -554,6 +635,7 @@ TEST(last_error_of_a_stream_failure_comes_with_its_synchronize) {
   CHECK_EQ(aclrtGetLastError(ACL_RT_THREAD_LEVEL), ACL_ERROR_INVALID_PARAM);
   CHECK_OK(aclrtDestroyStream(s));
   CHECK_OK(aclrtDestroyNotify(nt));
+  CHECK_OK(aclFinalize());
 }
 
 TEST(error_verbose) {
@@ -576,12 +658,12 @@ TEST(sat_mode_and_overflow_switch) {
   CHECK_OK(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_SATURATION));
   CHECK_OK(aclrtGetDeviceSatMode(&m));
   CHECK_EQ(m, ACL_RT_OVERFLOW_MODE_SATURATION);
-  /* Per device. */
+  /* The process's, as in CANN: the same on every device. */
   CHECK_OK(aclrtSetDevice(1));
   CHECK_OK(aclrtGetDeviceSatMode(&m));
-  CHECK_EQ(m, ACL_RT_OVERFLOW_MODE_INFNAN);
-  CHECK_MSG(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_UNDEF), ACL_ERROR_INVALID_PARAM, "mode 2");
-  CHECK_ACL(aclrtSetDeviceSatMode((aclrtFloatOverflowMode)-1), ACL_ERROR_INVALID_PARAM);
+  CHECK_EQ(m, ACL_RT_OVERFLOW_MODE_SATURATION);
+  CHECK_MSG(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_UNDEF), ACL_ERROR_RT_PARAM_INVALID, "mode 2");
+  CHECK_ACL(aclrtSetDeviceSatMode((aclrtFloatOverflowMode)-1), ACL_ERROR_RT_PARAM_INVALID);
   CHECK_ACL(aclrtGetDeviceSatMode(NULL), ACL_ERROR_INVALID_PARAM);
 
   aclrtStream s = NULL;
@@ -595,12 +677,18 @@ TEST(sat_mode_and_overflow_switch) {
   CHECK_OK(aclrtSetStreamOverflowSwitch(NULL, 1));
   CHECK_OK(aclrtGetStreamOverflowSwitch(NULL, &f));
   CHECK_EQ(f, 1);
-  CHECK_MSG(aclrtSetStreamOverflowSwitch(s, 2), ACL_ERROR_INVALID_PARAM, "flag 2");
+  CHECK_MSG(aclrtSetStreamOverflowSwitch(s, 2), ACL_ERROR_RT_PARAM_INVALID, "flag 2");
+  /* Only for a stream of the current context. */
+  CHECK_OK(aclrtSetDevice(2));
+  CHECK_MSG(aclrtSetStreamOverflowSwitch(s, 1), ACL_ERROR_RT_STREAM_CONTEXT, "another context");
+  CHECK_MSG(aclrtGetStreamOverflowSwitch(s, &f), ACL_ERROR_RT_STREAM_CONTEXT, "another context");
+  CHECK_OK(aclrtSetDevice(1));
   CHECK_ACL(aclrtGetStreamOverflowSwitch(s, NULL), ACL_ERROR_INVALID_PARAM);
   int forged = 0;
   CHECK_MSG(aclrtSetStreamOverflowSwitch(&forged, 1), ACL_ERROR_INVALID_PARAM, "not a live stream");
   CHECK_OK(aclrtDestroyStream(s));
   CHECK_MSG(aclrtGetStreamOverflowSwitch(s, &f), ACL_ERROR_INVALID_PARAM, "not a live stream");
+  CHECK_OK(aclFinalize());
 }
 
 TEST(overflow_status_is_written_by_the_stream) {
@@ -618,13 +706,14 @@ TEST(overflow_status_is_written_by_the_stream) {
   CHECK_OK(aclrtResetOverflowStatus(NULL));
   CHECK_OK(aclrtSynchronizeStream(s));
   CHECK_MSG(aclrtGetOverflowStatus(NULL, 64, s), ACL_ERROR_INVALID_PARAM, "outputAddr is NULL");
-  CHECK_MSG(aclrtGetOverflowStatus(d, 32, s), ACL_ERROR_INVALID_PARAM, "must be 64");
+  CHECK_MSG(aclrtGetOverflowStatus(d, 32, s), ACL_ERROR_RT_PARAM_INVALID, "must be 64");
   CHECK_ACL(aclrtGetOverflowStatus(h, 64, s), ACL_ERROR_INVALID_PARAM); /* host memory */
   int forged = 0;
   CHECK_ACL(aclrtGetOverflowStatus(d, 64, &forged), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtResetOverflowStatus(&forged), ACL_ERROR_INVALID_PARAM);
   CHECK_OK(aclrtDestroyStream(s));
   CHECK_OK(aclrtFree(d));
+  CHECK_OK(aclFinalize());
 }
 
 /* ---- data types --------------------------------------------------------------- */
