@@ -394,7 +394,13 @@ typedef struct fault_state {
   bool faulted;
   int32_t code;
   char why[256];
+  const atomic_bool *cancel; /* the stream's */
 } fault_state;
+
+static int kernel_cancelled(const aipc_kernel_ctx *ctx) {
+  const fault_state *fs = ctx->runtime_;
+  return atomic_load(fs->cancel) ? 1 : 0;
+}
 
 static void kernel_fault(const aipc_kernel_ctx *ctx, int32_t code, const char *why) {
   fault_state *fs = ctx->runtime_;
@@ -405,6 +411,30 @@ static void kernel_fault(const aipc_kernel_ctx *ctx, int32_t code, const char *w
   for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
     if (code == codes[i]) fs->code = code;
   snprintf(fs->why, sizeof fs->why, "%s", why ? why : "no reason given");
+}
+
+/* A kernel's checked access: validated and copied under the memory lock
+ * (memory.c), so memory freed meanwhile is refused, never touched. A device
+ * kernel reaches any device's memory, imported memory included: the copy is
+ * checked as one on the device that holds the memory. */
+static int kernel_move(const aipc_kernel_ctx *ctx, void *dst, const void *src, size_t n, bool to_device) {
+  if (n == 0) return 0;
+  aipc__block b;
+  int32_t device = ctx->device;
+  if (aipc__mem_lookup(to_device ? dst : src, &b)) device = b.device;
+  aclError rc = aipc__mem_copy(to_device ? "kernel write" : "kernel read", dst, n, src, n,
+                               to_device ? ACL_MEMCPY_HOST_TO_DEVICE : ACL_MEMCPY_DEVICE_TO_HOST, device, true);
+  if (rc == ACL_SUCCESS) return 0;
+  kernel_fault(ctx, 0, aipc__recent_err_msg());
+  return -1;
+}
+
+static int kernel_read(const aipc_kernel_ctx *ctx, void *dst, const void *src, size_t n) {
+  return kernel_move(ctx, dst, src, n, false);
+}
+
+static int kernel_write(const aipc_kernel_ctx *ctx, void *dst, const void *src, size_t n) {
+  return kernel_move(ctx, dst, src, n, true);
 }
 
 static void free_kernel(aipc__task *t) {
@@ -418,9 +448,9 @@ static void free_kernel(aipc__task *t) {
 static aclError run_kernel(aipc__task *t, aclError failed, const atomic_bool *cancel) {
   kernel_task *k = (kernel_task *)t;
   if (failed) return ACL_SUCCESS; /* skipped after a failure, as copies are (stream.c) */
-  fault_state fs = {false, 0, {0}};
+  fault_state fs = {false, 0, {0}, cancel};
   aipc_kernel_ctx ctx = {AIPC_KERNEL_ABI, 0, k->blocks, k->device, k->buf, k->args_size, k->count, k->offsets,
-                         kernel_fault, &fs};
+                         kernel_fault, kernel_cancelled, kernel_read, kernel_write, &fs};
   uint32_t i = 0;
   for (; i < k->blocks && !fs.faulted && !atomic_load(cancel); i++) {
     ctx.block_idx = i;

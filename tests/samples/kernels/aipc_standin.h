@@ -26,6 +26,18 @@ inline const T &args(const aipc_kernel_ctx *ctx) {
   return *static_cast<const T *>(ctx->args);
 }
 
+// Device memory, read and written through the runtime's checked access
+// (ascend_ipc/kernel.h): memory the program freed while the kernel ran is
+// refused instead of crashing the process, and the kernel faults, as a device
+// kernel does on a bad address.
+inline bool read(const aipc_kernel_ctx *ctx, void *dst, const void *dev, size_t n) {
+  return ctx->read(ctx, dst, dev, n) == 0;
+}
+
+inline bool write(const aipc_kernel_ctx *ctx, void *dev, const void *src, size_t n) {
+  return ctx->write(ctx, dev, src, n) == 0;
+}
+
 struct arg {
   const void *data;
   size_t size;
