@@ -16,7 +16,7 @@ struct AddArgs {
 }  // namespace
 
 #ifdef AIPC_STANDIN_DEVICE
-AIPC_KERNEL(AddKernel) {
+STANDIN_KERNEL(AddKernel) {
   const AddArgs &a = aipc_standin::args<AddArgs>(ctx);
   uint32_t perBlock = a.totalSize / ctx->block_dim;
   uint32_t tileLength = perBlock / kTileNum / kBufferNum;

@@ -5,7 +5,7 @@
 #include "aipc_standin.h"
 
 #ifdef AIPC_STANDIN_DEVICE
-AIPC_KERNEL(LongOPf) {
+STANDIN_KERNEL(LongOPf) {
   uint32_t *x = aipc_standin::args<uint32_t *>(ctx) + ctx->block_idx, v;
   volatile float sink;
   float temp = 0.0f;

@@ -2,7 +2,7 @@
 #include "aipc_standin.h"
 
 #ifdef AIPC_STANDIN_DEVICE
-AIPC_KERNEL(ShortOPf) {
+STANDIN_KERNEL(ShortOPf) {
   uint32_t *x = aipc_standin::args<uint32_t *>(ctx) + ctx->block_idx, v;
   if (!aipc_standin::read(ctx, &v, x, sizeof v)) return;
   v *= 2;
