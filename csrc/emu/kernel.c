@@ -416,14 +416,17 @@ static void kernel_fault(const aipc_kernel_ctx *ctx, int32_t code, const char *w
 /* A kernel's checked access: validated and copied under the memory lock
  * (memory.c), so memory freed meanwhile is refused, never touched. A device
  * kernel reaches any device's memory, imported memory included: the copy is
- * checked as one on the device that holds the memory. */
+ * checked as one on the device that holds the memory. (The kernel's side of
+ * the copy is its own host memory, which any copy accepts.) */
 static int kernel_move(const aipc_kernel_ctx *ctx, void *dst, const void *src, size_t n, bool to_device) {
   if (n == 0) return 0;
   aipc__block b;
   int32_t device = ctx->device;
   if (aipc__mem_lookup(to_device ? dst : src, &b)) device = b.device;
-  aclError rc = aipc__mem_copy(to_device ? "kernel write" : "kernel read", dst, n, src, n,
-                               to_device ? ACL_MEMCPY_HOST_TO_DEVICE : ACL_MEMCPY_DEVICE_TO_HOST, device, true);
+  /* DEFAULT: the direction follows the addresses, so registered host memory
+   * (aclrtHostGetDevicePointer) reads as a device kernel reads it. */
+  aclError rc = aipc__mem_copy(to_device ? "kernel write" : "kernel read", dst, n, src, n, ACL_MEMCPY_DEFAULT,
+                               device, true);
   if (rc == ACL_SUCCESS) return 0;
   kernel_fault(ctx, 0, aipc__recent_err_msg());
   return -1;
