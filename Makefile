@@ -28,7 +28,7 @@ endif
 WARN = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 CFLAGS_ALL = -std=gnu11 $(OPT) -g $(WARN) -fPIC -pthread -Icsrc/include -Icsrc $(SANFLAGS) $(CFLAGS)
 LIB_CFLAGS = $(CFLAGS_ALL) -fvisibility=hidden -DACL_BUILDING_LIBRARY
-LDLIBS_ALL = -pthread $(SANFLAGS) $(LDFLAGS)
+LDLIBS_ALL = -pthread -ldl $(SANFLAGS) $(LDFLAGS)
 
 # The layers, top down: api (the exported names) -> core (provider table,
 # error table, containers) -> emu (the emulated runtime) -> emu/ipc (its IPC
