@@ -520,3 +520,27 @@ TEST(thread_last_task_id) {
   CHECK_OK(aclrtSynchronizeStream(NULL));
   CHECK_OK(aclFinalize());
 }
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A Process* call waits its timeout when nothing comes, and returns as soon
+ * as a callback arrives. */
+TEST(process_waits_its_timeout) {
+  aclrtStream s = stream_new();
+  CHECK_OK(aclrtSubscribeReport(self_id(), s));
+  double t0 = now_s();
+  CHECK_ACL(aclrtProcessReport(100), ACL_ERROR_RT_REPORT_TIMEOUT);
+  CHECK(now_s() - t0 >= 0.09);
+  seen a = {0};
+  CHECK_OK(aclrtLaunchCallback(record_cb, &a, ACL_CALLBACK_BLOCK, s));
+  t0 = now_s();
+  CHECK_OK(aclrtProcessReport(-1));
+  CHECK_EQ(atomic_load(&a.calls), 1);
+  CHECK(now_s() - t0 < 5);
+  CHECK_OK(aclrtSynchronizeStream(s));
+  CHECK_OK(aclFinalize());
+}
