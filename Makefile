@@ -28,7 +28,7 @@ endif
 WARN = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 CFLAGS_ALL = -std=gnu11 $(OPT) -g $(WARN) -fPIC -pthread -Icsrc/include -Icsrc $(SANFLAGS) $(CFLAGS)
 LIB_CFLAGS = $(CFLAGS_ALL) -fvisibility=hidden -DACL_BUILDING_LIBRARY
-LDLIBS_ALL = -pthread -ldl $(SANFLAGS) $(LDFLAGS)
+LDLIBS_ALL = -pthread $(SANFLAGS) $(LDFLAGS)
 
 # The layers, top down: api (the exported names) -> core (provider table,
 # error table, containers) -> emu (the emulated runtime) -> emu/ipc (its IPC
@@ -64,7 +64,7 @@ $(BUILD)/obj/%.o: csrc/%.c $(HEADERS)
 	$(CC) $(LIB_CFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJS) csrc/api/libascendcl_emu.map
-	$(CC) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=csrc/api/libascendcl_emu.map -Wl,-z,defs $(LDLIBS_ALL)
+	$(CC) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=csrc/api/libascendcl_emu.map -Wl,-z,defs $(LDLIBS_ALL) -ldl
 
 $(INTERNAL_LIB): $(LIB_OBJS)
 	rm -f $@
