@@ -41,6 +41,7 @@ typedef struct stream {
   int32_t device; /* current device of the thread that created it */
   uint32_t id;     /* aipc__stream_id */
   uint32_t task_seq; /* the last task id given out, under mu */
+  aipc__task *current; /* under mu: the task the worker runs; a forked child frees its record */
 } stream;
 _Static_assert(offsetof(stream, h) == 0, "a stream's address is its registry head's");
 
@@ -73,6 +74,8 @@ static void forget_tasks(stream *s) {
     free(t);
   }
   s->head = s->tail = NULL;
+  free(s->current); /* the parent's worker was running it */
+  s->current = NULL;
 }
 
 static void put(stream *s) {
@@ -97,9 +100,13 @@ static void *worker(void *arg) {
     s->head = t->next;
     if (!s->head) s->tail = NULL;
     aclError failed = s->err;
+    s->current = t;
     pthread_mutex_unlock(&s->mu);
     aclError rc = t->run(t, failed, &s->cancel);
     const char *m = rc ? aipc__recent_err_msg() : NULL;
+    pthread_mutex_lock(&s->mu);
+    s->current = NULL;
+    pthread_mutex_unlock(&s->mu);
     t->free(t);
     pthread_mutex_lock(&s->mu);
     if (rc && s->err == ACL_SUCCESS) {
