@@ -37,7 +37,7 @@ LDLIBS_ALL = -pthread -lm $(SANFLAGS) $(LDFLAGS)
 CORE_SRCS = $(wildcard csrc/core/*.c csrc/os/*.c csrc/emu/*.c csrc/emu/ipc/*.c)
 LIB_SRCS = $(CORE_SRCS) $(wildcard csrc/api/*.c)
 LIB_OBJS = $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
-HEADERS = $(wildcard csrc/include/acl/*.h csrc/core/*.h csrc/os/*.h csrc/emu/*.h csrc/emu/ipc/*.h)
+HEADERS = $(wildcard csrc/include/acl/*.h csrc/include/ascend_ipc/*.h csrc/core/*.h csrc/os/*.h csrc/emu/*.h csrc/emu/ipc/*.h)
 LIB = $(BUILD)/libascendcl_emu.so
 # The same objects as a static library, for white-box tests (tests/c/*_internal.c):
 # linked in, the internal aipc__* names are theirs to call.
@@ -64,7 +64,7 @@ $(BUILD)/obj/%.o: csrc/%.c $(HEADERS)
 	$(CC) $(LIB_CFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJS) csrc/api/libascendcl_emu.map
-	$(CC) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=csrc/api/libascendcl_emu.map -Wl,-z,defs $(LDLIBS_ALL)
+	$(CC) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=csrc/api/libascendcl_emu.map -Wl,-z,defs $(LDLIBS_ALL) -ldl
 
 $(INTERNAL_LIB): $(LIB_OBJS)
 	rm -f $@

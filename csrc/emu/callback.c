@@ -246,8 +246,10 @@ aclError aipc__emu_unsubscribe_host_func(uint64_t hostFuncThreadId, aclrtStream 
 
 /* ---- processing, on the bound thread ---------------------------------- */
 
+/* The condition variables use the default clock, CLOCK_REALTIME, as
+ * stream.c's do. */
 static void deadline_after(struct timespec *ts, int32_t ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
+  clock_gettime(CLOCK_REALTIME, ts);
   ts->tv_sec += ms / 1000;
   ts->tv_nsec += (long)(ms % 1000) * 1000000L;
   if (ts->tv_nsec >= 1000000000L) {

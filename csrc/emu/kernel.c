@@ -394,7 +394,13 @@ typedef struct fault_state {
   bool faulted;
   int32_t code;
   char why[256];
+  const atomic_bool *cancel; /* the stream's */
 } fault_state;
+
+static int kernel_cancelled(const aipc_kernel_ctx *ctx) {
+  const fault_state *fs = ctx->runtime_;
+  return atomic_load(fs->cancel) ? 1 : 0;
+}
 
 static void kernel_fault(const aipc_kernel_ctx *ctx, int32_t code, const char *why) {
   fault_state *fs = ctx->runtime_;
@@ -407,6 +413,33 @@ static void kernel_fault(const aipc_kernel_ctx *ctx, int32_t code, const char *w
   snprintf(fs->why, sizeof fs->why, "%s", why ? why : "no reason given");
 }
 
+/* A kernel's checked access: validated and copied under the memory lock
+ * (memory.c), so memory freed meanwhile is refused, never touched. A device
+ * kernel reaches any device's memory, imported memory included: the copy is
+ * checked as one on the device that holds the memory. (The kernel's side of
+ * the copy is its own host memory, which any copy accepts.) */
+static int kernel_move(const aipc_kernel_ctx *ctx, void *dst, const void *src, size_t n, bool to_device) {
+  if (n == 0) return 0;
+  aipc__block b;
+  int32_t device = ctx->device;
+  if (aipc__mem_lookup(to_device ? dst : src, &b)) device = b.device;
+  /* DEFAULT: the direction follows the addresses, so registered host memory
+   * (aclrtHostGetDevicePointer) reads as a device kernel reads it. */
+  aclError rc = aipc__mem_copy(to_device ? "kernel write" : "kernel read", dst, n, src, n, ACL_MEMCPY_DEFAULT,
+                               device, true);
+  if (rc == ACL_SUCCESS) return 0;
+  kernel_fault(ctx, 0, aipc__recent_err_msg());
+  return -1;
+}
+
+static int kernel_read(const aipc_kernel_ctx *ctx, void *dst, const void *src, size_t n) {
+  return kernel_move(ctx, dst, src, n, false);
+}
+
+static int kernel_write(const aipc_kernel_ctx *ctx, void *dst, const void *src, size_t n) {
+  return kernel_move(ctx, dst, src, n, true);
+}
+
 static void free_kernel(aipc__task *t) {
   kernel_task *k = (kernel_task *)t;
   func_put(k->f);
@@ -417,10 +450,11 @@ static void free_kernel(aipc__task *t) {
 
 static aclError run_kernel(aipc__task *t, aclError failed, const atomic_bool *cancel) {
   kernel_task *k = (kernel_task *)t;
-  (void)failed; /* runs after a failure: ACL_CONTINUE_ON_FAILURE (stream.c) */
-  fault_state fs = {false, 0, {0}};
+  (void)failed; /* runs behind a failed task, as CANN's default failure mode has it; the stream
+                 * drops it under ACL_STOP_ON_FAILURE */
+  fault_state fs = {false, 0, {0}, cancel};
   aipc_kernel_ctx ctx = {AIPC_KERNEL_ABI, 0, k->blocks, k->device, k->buf, k->args_size, k->count, k->offsets,
-                         kernel_fault, &fs};
+                         kernel_fault, kernel_cancelled, kernel_read, kernel_write, &fs};
   uint32_t i = 0;
   for (; i < k->blocks && !fs.faulted && !atomic_load(cancel); i++) {
     ctx.block_idx = i;

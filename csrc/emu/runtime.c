@@ -58,6 +58,10 @@ static void atfork_parent(void) {
 }
 
 static void atfork_child(void) {
+  /* First: the callbacks' queues hold items that live in stream tasks, which
+   * the streams' hook may free. */
+  aipc__callback_atfork_child();
+  aipc__kernel_atfork_child();
   aipc__mem_atfork_child();
   aipc__stream_atfork_child();
   aipc__ctx_atfork_child();
@@ -66,8 +70,6 @@ static void atfork_child(void) {
   aipc__event_atfork_child();
   aipc__notify_atfork_child();
   aipc__stream_state_atfork_child();
-  aipc__kernel_atfork_child();
-  aipc__callback_atfork_child();
 }
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;

@@ -520,3 +520,52 @@ TEST(thread_last_task_id) {
   CHECK_OK(aclrtSynchronizeStream(NULL));
   CHECK_OK(aclFinalize());
 }
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A Process* call waits its timeout when nothing comes, and returns as soon
+ * as a callback arrives. */
+TEST(process_waits_its_timeout) {
+  aclrtStream s = stream_new();
+  CHECK_OK(aclrtSubscribeReport(self_id(), s));
+  double t0 = now_s();
+  CHECK_ACL(aclrtProcessReport(100), ACL_ERROR_RT_REPORT_TIMEOUT);
+  CHECK(now_s() - t0 >= 0.09);
+  seen a = {0};
+  CHECK_OK(aclrtLaunchCallback(record_cb, &a, ACL_CALLBACK_BLOCK, s));
+  t0 = now_s();
+  CHECK_OK(aclrtProcessReport(-1));
+  CHECK_EQ(atomic_load(&a.calls), 1);
+  CHECK(now_s() - t0 < 5);
+  CHECK_OK(aclrtSynchronizeStream(s));
+  CHECK_OK(aclFinalize());
+}
+
+/* A fork while a blocking callback waits for its thread: the child forgets
+ * it (its worker is not in the child), the parent still runs it. */
+static int child_after_pending(void *arg) {
+  (void)arg;
+  if (aclrtProcessReport(10) != ACL_ERROR_RT_THREAD_SUBSCRIBE) return 1;
+  seen a = {0};
+  aclrtStream s;
+  if (aclrtCreateStream(&s) || aclrtLaunchHostFunc(s, record_cb, &a) || aclrtSynchronizeStream(s)) return 2;
+  if (atomic_load(&a.calls) != 1) return 3;
+  return aclFinalize() == ACL_SUCCESS ? 0 : 4;
+}
+
+TEST(fork_while_a_callback_waits) {
+  aclrtStream s = stream_new();
+  CHECK_OK(aclrtSubscribeReport(self_id(), s));
+  seen a = {0};
+  CHECK_OK(aclrtLaunchCallback(record_cb, &a, ACL_CALLBACK_BLOCK, s));
+  sleep_ms(30); /* the worker waits for this thread */
+  CHECK_EQ(th_wait(th_spawn(child_after_pending, NULL)), 0);
+  for (int i = 0; i < 500 && atomic_load(&a.calls) == 0; i++) (void)aclrtProcessReport(10);
+  CHECK_EQ(atomic_load(&a.calls), 1);
+  CHECK_OK(aclrtSynchronizeStream(s));
+  CHECK_OK(aclFinalize());
+}

@@ -243,27 +243,27 @@ TEST(fault_fails_the_task_and_reaches_the_callback) {
   CHECK_OK(aclFinalize());
 }
 
-/* After a fault, later kernels of the stream are skipped until the error is
- * reported, as copies are. */
-TEST(kernels_after_a_fault_are_skipped) {
+/* A kernel behind a faulted one runs (ACL_CONTINUE_ON_FAILURE, CANN's
+ * default); the fault is reported by the synchronize. */
+TEST(kernels_after_a_fault_still_run) {
   aclrtStream s;
   CHECK_OK(aclrtCreateStream(&s));
   aclrtBinHandle b = load();
-  aclrtFuncHandle ff = func(b, "fault_at"), fa = func(b, "add_one");
-  uint32_t *ran = dev_alloc(4096), *x = dev_alloc(4096), *order = dev_alloc(4096), at = 0;
+  aclrtFuncHandle ff = func(b, "fault_at"), fa = func(b, "checked_inc");
+  uint32_t *ran = dev_alloc(4096), *x = dev_alloc(4096), at = 0;
   int32_t code = 0;
   const void *p[] = {&ran, &at, &code};
   size_t n[] = {sizeof ran, 4, 4};
-  const void *q[] = {&x, &order};
-  size_t m[] = {sizeof x, sizeof order};
-  aclrtArgsHandle af = args_of(ff, p, n, 3), aa = args_of(fa, q, m, 2);
+  const void *q[] = {&x};
+  size_t m[] = {sizeof x};
+  aclrtArgsHandle af = args_of(ff, p, n, 3), aa = args_of(fa, q, m, 1);
   CHECK_OK(aclrtLaunchKernelWithConfig(ff, 1, s, NULL, af, NULL));
   CHECK_OK(aclrtLaunchKernelWithConfig(fa, 1, s, NULL, aa, NULL));
   CHECK_ACL(aclrtSynchronizeStream(s), ACL_ERROR_RT_AICORE_EXCEPTION);
-  CHECK_EQ(x[0], 0);
+  CHECK_EQ(x[0], 1);
   CHECK_OK(aclrtLaunchKernelWithConfig(fa, 1, s, NULL, aa, NULL));
   CHECK_OK(aclrtSynchronizeStream(s));
-  CHECK_EQ(x[0], 1);
+  CHECK_EQ(x[0], 2);
   CHECK_OK(aclFinalize());
 }
 
@@ -438,5 +438,50 @@ TEST(finalize_unloads_everything) {
   CHECK_ACL(aclrtBinaryUnLoad(b), ACL_ERROR_INVALID_PARAM);
   b = load(); /* and loads again */
   CHECK_OK(aclrtBinaryUnLoad(b));
+  CHECK_OK(aclFinalize());
+}
+
+/* ---- checked access, cancellation --------------------------------------- */
+
+TEST(checked_access_turns_freed_memory_into_a_fault) {
+  aclrtStream s;
+  CHECK_OK(aclrtCreateStream(&s));
+  aclrtBinHandle b = load();
+  aclrtFuncHandle f = func(b, "checked_inc");
+  uint32_t *x = dev_alloc(4096);
+  const void *p[] = {&x};
+  size_t n[] = {sizeof x};
+  aclrtArgsHandle a = args_of(f, p, n, 1);
+  CHECK_OK(aclrtLaunchKernelWithConfig(f, 4, s, NULL, a, NULL));
+  CHECK_OK(aclrtSynchronizeStream(s));
+  uint32_t h[4];
+  CHECK_OK(aclrtMemcpy(h, sizeof h, x, sizeof h, ACL_MEMCPY_DEVICE_TO_HOST));
+  for (int i = 0; i < 4; i++) CHECK_EQ(h[i], 1);
+  /* imported-like access on another device's memory: allowed to a kernel */
+  CHECK_OK(aclrtSetDevice(3));
+  aclrtStream s3;
+  CHECK_OK(aclrtCreateStream(&s3));
+  CHECK_OK(aclrtLaunchKernelWithConfig(f, 1, s3, NULL, a, NULL));
+  CHECK_OK(aclrtSynchronizeStream(s3));
+  CHECK_OK(aclrtMemcpy(h, 4, x, 4, ACL_MEMCPY_DEVICE_TO_HOST));
+  CHECK_EQ(h[0], 2);
+  CHECK_OK(aclrtFree(x));
+  CHECK_OK(aclrtLaunchKernelWithConfig(f, 1, s, NULL, a, NULL));
+  CHECK_MSG(aclrtSynchronizeStream(s), ACL_ERROR_RT_AICORE_EXCEPTION, "kernel read");
+  CHECK_OK(aclFinalize());
+}
+
+TEST(destroy_force_cancels_a_running_kernel) {
+  aclrtStream s;
+  CHECK_OK(aclrtCreateStream(&s));
+  aclrtBinHandle b = load();
+  aclrtFuncHandle f = func(b, "until_cancelled");
+  aclrtArgsHandle a;
+  CHECK_OK(aclrtKernelArgsInit(f, &a));
+  CHECK_OK(aclrtKernelArgsFinalize(a));
+  CHECK_OK(aclrtLaunchKernelWithConfig(f, 1000, s, NULL, a, NULL));
+  CHECK_OK(aclrtLaunchKernelWithConfig(f, 1000, s, NULL, a, NULL));
+  CHECK_ACL(aclrtSynchronizeStreamWithTimeout(s, 50), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+  CHECK_OK(aclrtDestroyStreamForce(s)); /* returns within a poll, not after 60 s */
   CHECK_OK(aclFinalize());
 }

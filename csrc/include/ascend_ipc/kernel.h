@@ -24,8 +24,11 @@
  * multiple of its size, any other at a multiple of 8. A placeholder
  * (aclrtKernelArgsAppendPlaceHolder) is a pointer to a copy, made at launch,
  * of what the program wrote in its buffer (aclrtKernelArgsGetPlaceHolderBuffer).
- * Device pointers are host addresses in the emulator: a kernel reads and
- * writes device memory through them directly.
+ * Device pointers are host addresses in the emulator: a kernel may read and
+ * write device memory through them directly, but memory the program frees
+ * while the kernel runs is then unmapped under it (a crash, where a device
+ * would raise an exception); ctx->read and ctx->write check every access
+ * and turn a bad one into a fault.
  *
  * A kernel that finds an error a device would trap on calls ctx->fault and
  * returns: no later block runs, the task fails with code (0:
@@ -58,6 +61,17 @@ struct aipc_kernel_ctx {
   const size_t *arg_offsets; /* their offsets in args */
   /* Ends the launch as a device exception; why is copied (may be NULL). */
   void (*fault)(const aipc_kernel_ctx *ctx, int32_t code, const char *why);
+  /* Nonzero once the launch should stop at once: its stream is being
+   * destroyed by force (or its device reset). A long kernel polls it and
+   * returns, as a device abandons a killed kernel; no later block runs. */
+  int (*cancelled)(const aipc_kernel_ctx *ctx);
+  /* Checked access to device memory (local or imported, any device): copy n
+   * bytes from device memory src to the kernel's own memory dst (read), or
+   * from its own memory src to device memory dst (write). 0, or -1 when the
+   * range is not live device memory: the launch then faults (as a device
+   * kernel does on a bad address) and the kernel should return. */
+  int (*read)(const aipc_kernel_ctx *ctx, void *dst, const void *src, size_t n);
+  int (*write)(const aipc_kernel_ctx *ctx, void *dst, const void *src, size_t n);
   void *runtime_;      /* the runtime's */
 };
 

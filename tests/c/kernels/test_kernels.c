@@ -78,3 +78,20 @@ __attribute__((visibility("default"))) int not_a_kernel = 1;
 static void nothing(const aipc_kernel_ctx *ctx) { (void)ctx; }
 __attribute__((visibility("default"))) const aipc_kernel_desc aipc_kernel__old_abi = {AIPC_KERNEL_MAGIC, 99, "old_abi",
                                                                                       nothing};
+
+/* x[block] += 1 through the checked access; faults on memory that is not live. */
+AIPC_KERNEL(checked_inc) {
+  uint32_t *x = *(uint32_t *const *)ctx->args + ctx->block_idx, v;
+  if (ctx->read(ctx, &v, x, sizeof v) != 0) return;
+  v += 1;
+  (void)ctx->write(ctx, x, &v, sizeof v);
+}
+
+/* Runs until its launch is cancelled (at most 60 s), then *flag = 1... which
+ * it cannot do once cancelled: it only returns. */
+AIPC_KERNEL(until_cancelled) {
+  for (int i = 0; i < 60000 && !ctx->cancelled(ctx); i++) {
+    struct timespec ts = {0, 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}

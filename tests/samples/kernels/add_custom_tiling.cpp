@@ -2,6 +2,8 @@
 // the length and the tile count read through two pointer arguments
 // (placeholders); each of the 8 blocks adds its share, tile by tile, as the
 // device kernel does (nothing when the tile count is 0).
+#include <vector>
+
 #include "aipc_standin.h"
 
 namespace {
@@ -21,8 +23,12 @@ AIPC_KERNEL(add_custom) {
   uint32_t blockLength = total / kUseCoreNum;
   uint32_t tileLength = blockLength / tiles / kBufferNum;
   size_t base = static_cast<size_t>(blockLength) * ctx->block_idx;
-  size_t n = static_cast<size_t>(tiles) * kBufferNum * tileLength;
+  size_t n = static_cast<size_t>(tiles) * kBufferNum * tileLength, bytes = n * sizeof(uint16_t);
+  if (n == 0) return;
+  std::vector<uint16_t> x(n), y(n), z(n);
+  if (!aipc_standin::read(ctx, x.data(), a.x + base, bytes) || !aipc_standin::read(ctx, y.data(), a.y + base, bytes))
+    return;
   for (size_t i = 0; i < n; i++)
-    a.z[base + i] = aipc_standin::float_to_half(aipc_standin::half_to_float(a.x[base + i]) +
-                                                aipc_standin::half_to_float(a.y[base + i]));
+    z[i] = aipc_standin::float_to_half(aipc_standin::half_to_float(x[i]) + aipc_standin::half_to_float(y[i]));
+  aipc_standin::write(ctx, a.z + base, z.data(), bytes);
 }

@@ -2,9 +2,11 @@
 #include "aipc_standin.h"
 
 #ifdef AIPC_STANDIN_DEVICE
-AIPC_KERNEL(EasyOPf) {
-  uint32_t *x = aipc_standin::args<uint32_t *>(ctx);
-  x[ctx->block_idx] += 1;
+STANDIN_KERNEL(EasyOPf) {
+  uint32_t *x = aipc_standin::args<uint32_t *>(ctx) + ctx->block_idx, v;
+  if (!aipc_standin::read(ctx, &v, x, sizeof v)) return;
+  v += 1;
+  aipc_standin::write(ctx, x, &v, sizeof v);
 }
 #else
 void EasyOP(uint32_t blockDim, void *stream, uint32_t *x) {

@@ -4,7 +4,7 @@
 #include "aipc_standin.h"
 
 #ifdef AIPC_STANDIN_DEVICE
-AIPC_KERNEL(ErrorOPf) { ctx->fault(ctx, 507015 /* ACL_ERROR_RT_AICORE_EXCEPTION */, "ErrorOPf executed a trap"); }
+STANDIN_KERNEL(ErrorOPf) { ctx->fault(ctx, 507015 /* ACL_ERROR_RT_AICORE_EXCEPTION */, "ErrorOPf executed a trap"); }
 #else
 void ErrorOP(uint32_t blockDim, void *stream) { aipc_standin::launch("ErrorOPf", blockDim, stream, {}); }
 #endif

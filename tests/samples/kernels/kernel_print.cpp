@@ -3,7 +3,7 @@
 #include "aipc_standin.h"
 
 #ifdef AIPC_STANDIN_DEVICE
-AIPC_KERNEL(KernelPrint) {
+STANDIN_KERNEL(KernelPrint) {
   std::printf("Hello World\n");
   std::fflush(stdout);
 }

@@ -10,16 +10,17 @@ struct WriteArgs {
 }  // namespace
 
 #ifdef AIPC_STANDIN_DEVICE
-AIPC_KERNEL(DeviceWrite) {
+STANDIN_KERNEL(DeviceWrite) {
   const WriteArgs &a = aipc_standin::args<WriteArgs>(ctx);
-  a.devPtr[ctx->block_idx] = a.value;
+  if (!aipc_standin::write(ctx, a.devPtr + ctx->block_idx, &a.value, sizeof a.value)) return;
   std::printf("Source data: %d\n", a.value);
   std::fflush(stdout);
 }
 
-AIPC_KERNEL(DeviceRead) {
-  int *devPtr = aipc_standin::args<int *>(ctx);
-  std::printf("Destination data: %d\n", devPtr[ctx->block_idx]);
+STANDIN_KERNEL(DeviceRead) {
+  int *devPtr = aipc_standin::args<int *>(ctx), value;
+  if (!aipc_standin::read(ctx, &value, devPtr + ctx->block_idx, sizeof value)) return;
+  std::printf("Destination data: %d\n", value);
   std::fflush(stdout);
 }
 #else
