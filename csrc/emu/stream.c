@@ -256,7 +256,16 @@ static void stream_shutdown(stream *s, bool force) {
 }
 
 /* The registry's reference, dropped: by a failed create and aclFinalize. */
-static void release(aipc__handle *h) { stream_shutdown((stream *)h, false); }
+static void release(aipc__handle *h) {
+  /* The queued work runs, but a wait gives up at once: nothing may satisfy
+   * it any more (aclFinalize never hangs on a value, event or notify wait). */
+  stream *s = (stream *)h;
+  pthread_mutex_lock(&s->mu);
+  s->interrupt = INT_FORCE;
+  atomic_store(&s->cancel, true);
+  pthread_mutex_unlock(&s->mu);
+  stream_shutdown(s, false);
+}
 
 /* A referenced stream for handle h (NULL: the default stream). */
 static aclError get(const char *call, aclrtStream h, stream **out) {

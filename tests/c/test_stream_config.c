@@ -1023,3 +1023,17 @@ TEST(finalize_releases_everything) {
   CHECK_OK(aclrtRegStreamStateCallback("a", state_cb, &one)); /* gone with the rest */
   CHECK_OK(aclFinalize());
 }
+
+TEST(finalize_never_hangs_on_a_wait_nothing_satisfies) {
+  aclrtStream s = stream_new(), t = stream_new();
+  void *d = dmalloc(PAGE);
+  CHECK_OK(aclrtValueWait(d, 1, ACL_STREAM_WAIT_VALUE_EQ, s));
+  CHECK_OK(aclrtMemsetAsync(d, PAGE, 1, PAGE, s)); /* queued work behind it still runs */
+  aclrtNotify n;
+  CHECK_OK(aclrtCreateNotify(&n, 0));
+  CHECK_OK(aclrtWaitAndResetNotify(n, t, 0));
+  CHECK_OK(aclrtValueWait(d, 7, ACL_STREAM_WAIT_VALUE_EQ, t)); /* queued behind a blocked wait */
+  double t0 = now_s();
+  CHECK_OK(aclFinalize());
+  CHECK(now_s() - t0 < 5);
+}
