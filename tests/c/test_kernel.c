@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -483,5 +484,66 @@ TEST(destroy_force_cancels_a_running_kernel) {
   CHECK_OK(aclrtLaunchKernelWithConfig(f, 1000, s, NULL, a, NULL));
   CHECK_ACL(aclrtSynchronizeStreamWithTimeout(s, 50), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
   CHECK_OK(aclrtDestroyStreamForce(s)); /* returns within a poll, not after 60 s */
+  CHECK_OK(aclFinalize());
+}
+
+/* Two loads of one file are two binaries: unloading one leaves the other's
+ * functions working; loads and unloads race with launches safely. */
+TEST(two_loads_of_one_file) {
+  aclrtStream s;
+  CHECK_OK(aclrtCreateStream(&s));
+  aclrtBinHandle b1 = load(), b2 = load();
+  CHECK(b1 != b2);
+  aclrtFuncHandle f1 = func(b1, "checked_inc"), f2 = func(b2, "checked_inc");
+  uint32_t *x = dev_alloc(4096);
+  const void *p[] = {&x};
+  size_t n[] = {sizeof x};
+  aclrtArgsHandle a2 = args_of(f2, p, n, 1);
+  CHECK_OK(aclrtBinaryUnLoad(b1));
+  aclrtArgsHandle a1;
+  CHECK_ACL(aclrtKernelArgsInit(f1, &a1), ACL_ERROR_INVALID_PARAM);
+  CHECK_OK(aclrtLaunchKernelWithConfig(f2, 1, s, NULL, a2, NULL));
+  CHECK_OK(aclrtSynchronizeStream(s));
+  CHECK_EQ(x[0], 1);
+  CHECK_OK(aclFinalize());
+}
+
+static atomic_bool g_stop;
+static void *load_unload_loop(void *arg) {
+  (void)arg;
+  long bad = 0;
+  while (!atomic_load(&g_stop) && !bad) {
+    aclrtBinHandle b;
+    aclrtFuncHandle f;
+    bad |= aclrtBinaryLoadFromFile(kernels_path(), NULL, &b) != 0;
+    bad |= aclrtBinaryGetFunction(b, "checked_inc", &f) != 0;
+    bad |= aclrtBinaryUnLoad(b) != 0;
+  }
+  return (void *)bad;
+}
+
+TEST(loads_race_with_launches) {
+  atomic_store(&g_stop, false);
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, load_unload_loop, NULL), 0);
+  uint32_t *x = dev_alloc(4096);
+  aclrtStream s;
+  CHECK_OK(aclrtCreateStream(&s));
+  int n = 200;
+  for (int i = 0; i < n; i++) {
+    aclrtBinHandle b = load();
+    aclrtFuncHandle f = func(b, "checked_inc");
+    const void *p[] = {&x};
+    size_t sz[] = {sizeof x};
+    aclrtArgsHandle a = args_of(f, p, sz, 1);
+    CHECK_OK(aclrtLaunchKernelWithConfig(f, 1, s, NULL, a, NULL));
+    CHECK_OK(aclrtBinaryUnLoad(b)); /* the queued launch keeps it loaded */
+  }
+  CHECK_OK(aclrtSynchronizeStream(s));
+  CHECK_EQ(x[0], (uint32_t)n);
+  atomic_store(&g_stop, true);
+  void *bad;
+  CHECK_EQ(pthread_join(t, &bad), 0);
+  CHECK(bad == NULL);
   CHECK_OK(aclFinalize());
 }
