@@ -5,7 +5,7 @@
  * flag, and the calling thread's last error.
  *
  * The chip is named by ASCEND_IPC_EMU_SOC (default Ascend910B1, an Atlas A2
- * chip, the name CANN's runtime itself falls back on). Its profile (cube,
+ * chip, the SOC_VERSION tests/samples builds for). Its profile (cube,
  * vector and AI CPU counts, NPU architecture) is that chip's, as CANN's
  * platform files give it, for the names in g_socs; another name gets
  * Ascend910B1's counts and no architecture. No core exists: kernels run on
