@@ -249,7 +249,7 @@ aclError aipc__emu_get_device_utilization_rate(int32_t deviceId, aclrtUtilizatio
   /* No cores run (kernels are host stand-ins): they are idle. CANN reports
    * memory as -1 (not measured), and so does this. */
   info->cubeUtilization = 0;
-  info->vectorUtilization = 0;
+  info->vectorUtilization = profile()->vector ? 0 : -1; /* CANN: -1, the chip has no vector cores */
   info->aicpuUtilization = 0;
   info->memoryUtilization = -1;
   return ACL_SUCCESS;

@@ -523,6 +523,20 @@ TEST(soc_name_from_the_environment) {
   CHECK_EQ(ok, 1);
 }
 
+TEST(soc_without_vector_cores) {
+  setenv("ASCEND_IPC_EMU_SOC", "Ascend910ProA", 1);
+  int64_t v = -1;
+  CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_VECTOR_CORE_NUM, &v));
+  CHECK_EQ(v, 0);
+  CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_NPU_ARCH, &v));
+  CHECK_EQ(v, 1001);
+  aclrtUtilizationInfo u = {0, 0, 0, 0, NULL};
+  CHECK_OK(aclrtGetDeviceUtilizationRate(0, &u));
+  CHECK_EQ(u.vectorUtilization, -1);
+  CHECK_ACL(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_VECTOR_CORE, 1), ACL_ERROR_RT_PARAM_INVALID);
+  CHECK_OK(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_VECTOR_CORE, 0));
+}
+
 TEST(soc_name_unknown_to_the_runtime) {
   setenv("ASCEND_IPC_EMU_SOC", "MyChip_1", 1);
   CHECK(strcmp(aclrtGetSocName(), "MyChip_1") == 0);
