@@ -2,7 +2,6 @@
  * acl_base.h's data-type helpers: pure functions with no runtime behaviour,
  * so they are not calls of core/calls.h (no provider has to offer them).
  */
-#include <math.h>
 #include <string.h>
 
 #include "acl/acl.h"

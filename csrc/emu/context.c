@@ -66,34 +66,29 @@ static context *ctx_new(int32_t device, bool is_default) {
 
 /* The default context of device, created if needed; referenced. */
 static aclError default_ctx(const char *call, int32_t device, context **out) {
-  aipc__handles_lock(&g_ctxs);
-  context *c = g_default[device];
-  aipc__handles_unlock(&g_ctxs);
-  if (!c) {
+  for (;;) {
+    /* Referenced under the lock: aclFinalize may be taking it out. */
+    aipc__handles_lock(&g_ctxs);
+    context *c = g_default[device];
+    if (c) aipc__handle_ref(&c->h);
+    aipc__handles_unlock(&g_ctxs);
+    if (c) {
+      *out = c;
+      return ACL_SUCCESS;
+    }
+    /* None yet: make one (registered first, outside the lock, since the
+     * registry's add takes it), then publish it unless another thread did. */
     context *n = ctx_new(device, true);
     if (!n) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
     aclError rc = aipc__handles_add(&g_ctxs, call, &n->h);
     if (rc) return rc;
     aipc__handles_lock(&g_ctxs);
-    if (!g_default[device]) {
-      g_default[device] = n;
-      n = NULL;
-    }
-    c = g_default[device];
+    bool won = !g_default[device];
+    if (won) g_default[device] = n;
     aipc__handles_unlock(&g_ctxs);
-    if (n) { /* another thread made it first: ours goes */
-      aipc__handle *o;
-      if (aipc__handles_remove(&g_ctxs, call, n, &o) == ACL_SUCCESS) put((context *)o);
-    }
+    aipc__handle *o;
+    if (!won && aipc__handles_remove(&g_ctxs, call, n, &o) == ACL_SUCCESS) put((context *)o);
   }
-  /* Referenced under the lock: aclFinalize may be taking it out. */
-  aipc__handles_lock(&g_ctxs);
-  c = g_default[device];
-  if (c) aipc__handle_ref(&c->h);
-  aipc__handles_unlock(&g_ctxs);
-  if (!c) return aipc__fail(ACL_ERROR_RT_CONTEXT_NULL, "%s: the runtime was finalized meanwhile", call);
-  *out = c;
-  return ACL_SUCCESS;
 }
 
 /* The live context for handle h, referenced; code is CANN's for a handle

@@ -5,7 +5,7 @@
  * flag, and the calling thread's last error.
  *
  * The chip is named by ASCEND_IPC_EMU_SOC (default Ascend910B1, an Atlas A2
- * chip, the name CANN's runtime itself falls back on). Its profile (cube,
+ * chip, the SOC_VERSION tests/samples builds for). Its profile (cube,
  * vector and AI CPU counts, NPU architecture) is that chip's, as CANN's
  * platform files give it, for the names in g_socs; another name gets
  * Ascend910B1's counts and no architecture. No core exists: kernels run on
@@ -249,7 +249,7 @@ aclError aipc__emu_get_device_utilization_rate(int32_t deviceId, aclrtUtilizatio
   /* No cores run (kernels are host stand-ins): they are idle. CANN reports
    * memory as -1 (not measured), and so does this. */
   info->cubeUtilization = 0;
-  info->vectorUtilization = 0;
+  info->vectorUtilization = profile()->vector ? 0 : -1; /* CANN: -1, the chip has no vector cores */
   info->aicpuUtilization = 0;
   info->memoryUtilization = -1;
   return ACL_SUCCESS;

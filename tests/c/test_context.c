@@ -194,6 +194,32 @@ TEST(threads_share_a_context) {
   CHECK_OK(aclFinalize());
 }
 
+static void *default_of_device_6(void *arg) {
+  aclrtContext *out = arg;
+  if (aclrtSetDevice(6) != ACL_SUCCESS) return (void *)1;
+  if (aclrtGetCurrentContext(out) != ACL_SUCCESS) return (void *)2;
+  return NULL;
+}
+
+/* Threads that first need a device's default context at once all get the
+ * same one. */
+TEST(default_context_made_once_under_a_race) {
+  aclrtContext got[8] = {0};
+  pthread_t t[8];
+  for (int i = 0; i < 8; i++) CHECK_EQ(pthread_create(&t[i], NULL, default_of_device_6, &got[i]), 0);
+  for (int i = 0; i < 8; i++) {
+    void *r = (void *)-1;
+    pthread_join(t[i], &r);
+    CHECK_EQ((intptr_t)r, 0);
+  }
+  for (int i = 1; i < 8; i++) CHECK(got[i] == got[0]);
+  CHECK_OK(aclrtSetCurrentContext(got[0]));
+  int32_t dev = -1;
+  CHECK_OK(aclrtGetDevice(&dev));
+  CHECK_EQ(dev, 6);
+  CHECK_OK(aclFinalize());
+}
+
 static aclrtContext g_shared;
 
 static void *destroy_it(void *arg) {
@@ -495,6 +521,20 @@ TEST(soc_name_from_the_environment) {
   int32_t ok = -1;
   CHECK_OK(aclrtCheckArchCompatibility("Ascend910B1", &ok));
   CHECK_EQ(ok, 1);
+}
+
+TEST(soc_without_vector_cores) {
+  setenv("ASCEND_IPC_EMU_SOC", "Ascend910ProA", 1);
+  int64_t v = -1;
+  CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_VECTOR_CORE_NUM, &v));
+  CHECK_EQ(v, 0);
+  CHECK_OK(aclrtGetDeviceInfo(0, ACL_DEV_ATTR_NPU_ARCH, &v));
+  CHECK_EQ(v, 1001);
+  aclrtUtilizationInfo u = {0, 0, 0, 0, NULL};
+  CHECK_OK(aclrtGetDeviceUtilizationRate(0, &u));
+  CHECK_EQ(u.vectorUtilization, -1);
+  CHECK_ACL(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_VECTOR_CORE, 1), ACL_ERROR_RT_PARAM_INVALID);
+  CHECK_OK(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_VECTOR_CORE, 0));
 }
 
 TEST(soc_name_unknown_to_the_runtime) {
