@@ -113,6 +113,8 @@ static aclError missing_call(const char *symbol, const char *since) {
  * a message; a library without messages simply has none. */
 #define MISSING_RESULT_aclError(symbol, since) missing_call(symbol, since)
 #define MISSING_RESULT_aipc_cstr(symbol, since) NULL
+/* A handle-returning call says why in the message and returns NULL, as CANN does on failure. */
+#define MISSING_RESULT_aclrtAllocatorDesc(symbol, since) ((void)missing_call(symbol, since), (aclrtAllocatorDesc)NULL)
 
 /* One stub per call of core/calls.h, used where the library lacks it. */
 #define STUB_(ret, symbol, field, params, args, since, need) \

@@ -8,6 +8,7 @@
  * fails on a loop):
  *
  *   runtime.c                       this file: lifecycle and the provider table
+ *   model.c  allocator.c  hostmem.c labels and model runtime instances, allocators, host memory
  *   event.c  notify.c  vmm.c        events, notifies, physical memory (shared through ipc/)
  *   ipc/                            keys, exporter, importer, the wire
  *   stream.c                        streams and their workers
@@ -17,7 +18,11 @@
  *
  * Lock order, outermost first, the same as the call order above:
  *   event -> notify -> vmm -> IPC layer (a connection's, then the importer's;
- *   or the exporter's) -> streams -> memory
+ *   or the exporter's) -> streams -> model -> memory
+ * (model.c's lock sits below the streams': a stream hands a task to the
+ * model recording from it under its queue lock, and model.c never holds its
+ * lock while calling a stream; allocator.c's and hostmem.c's locks are
+ * leaves.)
  * A module may hold its lock while calling a module to its right, never the
  * other way round; fork's prepare takes them in this order, the parent's and
  * child's hooks undo them in reverse.
@@ -33,11 +38,17 @@ static void atfork_prepare(void) {
   aipc__vmm_atfork_prepare();
   aipc__ipc_atfork_prepare();
   aipc__stream_atfork_prepare();
+  aipc__model_atfork_prepare();
+  aipc__allocator_atfork_prepare();
+  aipc__hostmem_atfork_prepare();
   aipc__mem_atfork_prepare();
 }
 
 static void atfork_parent(void) {
   aipc__mem_atfork_parent();
+  aipc__hostmem_atfork_parent();
+  aipc__allocator_atfork_parent();
+  aipc__model_atfork_parent();
   aipc__stream_atfork_parent();
   aipc__ipc_atfork_parent();
   aipc__vmm_atfork_parent();
@@ -47,7 +58,10 @@ static void atfork_parent(void) {
 
 static void atfork_child(void) {
   aipc__mem_atfork_child();
+  aipc__hostmem_atfork_child();
+  aipc__allocator_atfork_child();
   aipc__stream_atfork_child();
+  aipc__model_atfork_child();
   aipc__ipc_atfork_child();
   aipc__vmm_atfork_child();
   aipc__event_atfork_child();
@@ -94,6 +108,9 @@ aclError aipc__emu_finalize(void) {
    * then what shares through the IPC layer, then the IPC layer (it unpins
    * and removes its blocks), then whatever memory is left. */
   aipc__stream_finalize();
+  aipc__model_finalize();
+  aipc__allocator_finalize();
+  aipc__hostmem_finalize();
   aipc__event_finalize();
   aipc__notify_finalize();
   aipc__vmm_finalize();

@@ -39,6 +39,7 @@ typedef struct stream {
   char msg[512];
   pthread_t thread;
   int32_t device; /* current device of the thread that created it */
+  aipc__recorder *rec; /* under mu: a model capturing or building from this stream takes its tasks */
 } stream;
 _Static_assert(offsetof(stream, h) == 0, "a stream's address is its registry head's");
 
@@ -168,7 +169,11 @@ static aclError get(const char *call, aclrtStream h, stream **out) {
   return rc;
 }
 
-aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
+/* mode: SUBMIT_PLAIN (a kind that cannot be recorded), SUBMIT_RECORDABLE
+ * (clone given) or SUBMIT_RECORD_ONLY (a recorder's own marker). */
+enum { SUBMIT_PLAIN, SUBMIT_RECORDABLE, SUBMIT_RECORD_ONLY };
+
+static aclError submit(const char *call, aclrtStream h, aipc__task *t, int mode, aipc__task_clone clone) {
   stream *s = NULL;
   aclError rc = get(call, h, &s);
   if (rc) {
@@ -183,6 +188,19 @@ aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
     put(s);
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is being destroyed", call, h);
   }
+  if (s->rec || mode == SUBMIT_RECORD_ONLY) { /* recorded, not run (model.c decides) */
+    if (s->rec)
+      rc = s->rec->record(s->rec, call, t, mode == SUBMIT_PLAIN ? NULL : clone);
+    else {
+      t->free(t);
+      rc = aipc__fail(ACL_ERROR_RT_STREAM_MODEL,
+                      "%s: stream %p is not bound to a model runtime instance being built (aclmdlRIBindStream)", call,
+                      h);
+    }
+    pthread_mutex_unlock(&s->mu);
+    put(s);
+    return rc;
+  }
   if (s->tail)
     s->tail->next = t;
   else
@@ -193,6 +211,44 @@ aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
   pthread_mutex_unlock(&s->mu);
   put(s);
   return ACL_SUCCESS;
+}
+
+aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
+  return submit(call, h, t, SUBMIT_PLAIN, NULL);
+}
+
+aclError aipc__stream_submit_recordable(const char *call, aclrtStream h, aipc__task *t, aipc__task_clone clone) {
+  return submit(call, h, t, SUBMIT_RECORDABLE, clone);
+}
+
+aclError aipc__stream_submit_record_only(const char *call, aclrtStream h, aipc__task *t) {
+  return submit(call, h, t, SUBMIT_RECORD_ONLY, NULL);
+}
+
+aclError aipc__stream_swap_recorder(const char *call, aclrtStream h, aipc__recorder *expect, aipc__recorder *rec,
+                                    bool *swapped) {
+  if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL (the default stream)", call);
+  stream *s = NULL;
+  aclError rc = get(call, h, &s);
+  if (rc) return rc;
+  pthread_mutex_lock(&s->mu);
+  *swapped = s->rec == expect;
+  if (*swapped) s->rec = rec;
+  pthread_mutex_unlock(&s->mu);
+  put(s);
+  return ACL_SUCCESS;
+}
+
+bool aipc__stream_recording(aclrtStream h) {
+  if (!h) return false;
+  aipc__handle *o;
+  if (aipc__handles_get(&g_streams, "", "stream", h, &o) != ACL_SUCCESS) return false;
+  stream *s = (stream *)o;
+  pthread_mutex_lock(&s->mu);
+  bool r = s->rec != NULL;
+  pthread_mutex_unlock(&s->mu);
+  put(s);
+  return r;
 }
 
 aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device) {
@@ -297,6 +353,21 @@ typedef struct copy_task {
 
 static void free_plain(aipc__task *t) { free(t); }
 
+/* Copies and memsets replay as they were queued: the same bytes, checked
+ * again when they run. */
+static aclError clone_plain(const aipc__task *t, size_t size, const char *call, aipc__task **out) {
+  aipc__task *c = malloc(size);
+  if (!c) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+  memcpy(c, t, size);
+  c->next = NULL;
+  *out = c;
+  return ACL_SUCCESS;
+}
+
+static aclError clone_copy(const aipc__task *t, const char *call, aipc__task **out) {
+  return clone_plain(t, sizeof(copy_task), call, out);
+}
+
 static aclError run_copy(aipc__task *t, aclError failed, const atomic_bool *cancel) {
   (void)cancel;
   if (failed) return ACL_SUCCESS; /* skipped: see the top of this file */
@@ -323,7 +394,7 @@ aclError aipc__emu_memcpy_async(void *dst, size_t destMax, const void *src, size
   copy_task *c = malloc(sizeof *c);
   if (!c) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
   *c = (copy_task){{NULL, run_copy, free_plain}, dst, src, destMax, count, kind, cur};
-  return aipc__stream_submit(call, h, &c->t);
+  return aipc__stream_submit_recordable(call, h, &c->t, clone_copy);
 }
 
 typedef struct memset_task {
@@ -332,6 +403,10 @@ typedef struct memset_task {
   size_t count;
   int value;
 } memset_task;
+
+static aclError clone_memset(const aipc__task *t, const char *call, aipc__task **out) {
+  return clone_plain(t, sizeof(memset_task), call, out);
+}
 
 static aclError run_memset(aipc__task *t, aclError failed, const atomic_bool *cancel) {
   (void)cancel;
@@ -353,7 +428,7 @@ aclError aipc__emu_memset_async(void *devPtr, size_t maxCount, int32_t value, si
   memset_task *m = malloc(sizeof *m);
   if (!m) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
   *m = (memset_task){{NULL, run_memset, free_plain}, devPtr, count, (int)(value & 0xff)};
-  return aipc__stream_submit(call, h, &m->t);
+  return aipc__stream_submit_recordable(call, h, &m->t, clone_memset);
 }
 
 /* ---- teardown and fork ------------------------------------------------ */

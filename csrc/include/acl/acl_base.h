@@ -34,6 +34,7 @@ typedef int aclError;
   X(ACL_ERROR_RT_INVALID_DEVICEID, 107001, "runtime: invalid device id")       \
   X(ACL_ERROR_RT_CONTEXT_NULL, 107002, "runtime: no current context")         \
   X(ACL_ERROR_RT_STREAM_CONTEXT, 107003, "runtime: stream not in the current context") \
+  X(ACL_ERROR_RT_STREAM_MODEL, 107005, "runtime: stream not in a model")      \
   X(ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, 107006, "runtime: event timestamp invalid") \
   X(ACL_ERROR_RT_INVALID_HANDLE, 107017, "runtime: invalid handle")           \
   X(ACL_ERROR_RT_WAIT_TIMEOUT, 107019, "runtime: wait timeout")                \
@@ -49,7 +50,9 @@ typedef int aclError;
   X(ACL_ERROR_RT_IPC_ERROR, 507022, "runtime: IPC error")                      \
   X(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, 507046, "runtime: stream synchronize timeout") \
   X(ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, 507047, "runtime: event synchronize timeout") \
-  X(ACL_ERROR_RT_DRV_INTERNAL_ERROR, 507899, "runtime: driver internal error")
+  X(ACL_ERROR_RT_DRV_INTERNAL_ERROR, 507899, "runtime: driver internal error") \
+  X(ACL_ERROR_HOST_MEMORY_ALREADY_REGISTERED, 507910, "host memory range already registered") \
+  X(ACL_ERROR_HOST_MEMORY_NOT_REGISTERED, 507911, "host memory has not been registered")
 
 #define ACL_ERROR_CODE_ENUM_(sym, num, msg) sym = num,
 enum { ACL_ERROR_CODE_TABLE(ACL_ERROR_CODE_ENUM_) };
