@@ -694,12 +694,10 @@ static aclError import_common(const char *call, uint64_t shareable, int32_t devi
   int fd = -1;
   uint64_t size = 0;
   int32_t exporter_device;
-  pthread_mutex_lock(&g.mu);
-  aclError rc = already_imported(call, shareable);
-  pthread_mutex_unlock(&g.mu);
-  if (rc != ACL_SUCCESS) return rc;
-  /* The round trip runs without g.mu: the exporter may take its time. */
-  rc = aipc__ipc_open_physical(call, shareable, &fd, &size, &exporter_device);
+  /* The round trip runs without g.mu: the exporter may take its time. Its
+   * answer comes first (an exporter gone, a process not whitelisted), then
+   * the one-to-one rule below. */
+  aclError rc = aipc__ipc_open_physical(call, shareable, &fd, &size, &exporter_device);
   if (rc != ACL_SUCCESS) return rc;
   (void)exporter_device; /* CANN opens peer access to it by itself */
   if (size == 0 || size % SMALL_GRANULARITY != 0) {
@@ -708,7 +706,7 @@ static aclError import_common(const char *call, uint64_t shareable, int32_t devi
                       call, size);
   }
   pthread_mutex_lock(&g.mu);
-  /* Checked again: another thread's import of the same handle may have won meanwhile. */
+  /* Under g.mu: of two threads importing one handle at once, one wins. */
   rc = already_imported(call, shareable);
   if (rc != ACL_SUCCESS)
     close(fd);

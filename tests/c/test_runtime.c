@@ -650,8 +650,11 @@ TEST(memset_rules) {
   CHECK_OK(aclrtMallocHost(&ph, 64));
   CHECK_MSG(aclrtMemset(NULL, 1, 0, 1), ACL_ERROR_INVALID_PARAM, "NULL");
   CHECK_MSG(aclrtMemset(d, 10, 0, 11), ACL_ERROR_INVALID_PARAM, "maxCount");
-  CHECK_MSG(aclrtMemset(h, sizeof h, 0, sizeof h), ACL_ERROR_INVALID_PARAM, "host memory");
-  CHECK_ACL(aclrtMemset(ph, 64, 0, 64), ACL_ERROR_INVALID_PARAM);
+  CHECK_MSG(aclrtMemset(h, sizeof h, 0, sizeof h), ACL_ERROR_INVALID_PARAM, "did not allocate");
+  /* CANN: host memory from aclrtMallocHost is set too, told apart by its address */
+  CHECK_OK(aclrtMemset(ph, 64, 0x5a, 64));
+  CHECK(((unsigned char *)ph)[0] == 0x5a && ((unsigned char *)ph)[63] == 0x5a);
+  CHECK_MSG(aclrtMemset(ph, 8192, 0, 4097), ACL_ERROR_INVALID_PARAM, "overruns"); /* its page */
   CHECK_MSG(aclrtMemset(d, N + 1, 0, N + 1), ACL_ERROR_INVALID_PARAM, "overruns");
   CHECK_ACL(aclrtMemset((char *)d + N - 1, 2, 0, 2), ACL_ERROR_INVALID_PARAM);
   CHECK(((unsigned char *)d)[N - 1] == 0x7f);
