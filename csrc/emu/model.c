@@ -329,7 +329,7 @@ static aclError record(aipc__recorder *r, const char *call, aipc__task *t, aipc_
   } else if (!is_switch && !clone) {
     rc = aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
                     "%s: this task cannot be recorded into a model runtime instance: the emulator records copies, "
-                    "memsets, labels and switches%s",
+                    "memsets, event records and waits, labels and switches%s",
                     call, m->state == ST_CAPTURING ? " (the capture is invalidated)" : "");
     if (m->state == ST_CAPTURING) {
       m->state = ST_INVALID;
