@@ -295,8 +295,8 @@ static aclError record(aipc__recorder *r, const char *call, aipc__task *t, aipc_
     rc = aipc__fail(ACL_ERROR_RT_STREAM_MODEL, "%s: stream %p is no longer bound to a model runtime instance", call,
                     p->stream);
   } else if (m->state == ST_INVALID) {
-    rc = aipc__fail(m->capture_err, "%s: the capture on stream %p was invalidated earlier: %s", call, p->stream,
-                    m->capture_msg);
+    rc = aipc__fail(ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
+                    "%s: the capture on stream %p was invalidated earlier: %s", call, p->stream, m->capture_msg);
   } else if (m->state == ST_BUILT) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
                     "%s: stream %p is bound to a model runtime instance that is built (aclmdlRIBuildEnd): no task "
@@ -400,13 +400,23 @@ static aclError bind(const char *call, model *m, program *p, mstate want) {
   bool swapped = false;
   aclError rc = aipc__stream_swap_recorder(call, p->stream, NULL, &p->rec, &swapped);
   if (rc) return rc;
-  if (!swapped)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM,
-                      "%s: stream %p is already bound to a model runtime instance or being captured", call, p->stream);
+  if (!swapped) {
+    pthread_mutex_lock(&g_mu);
+    program *o = aipc__hmap_get(&g_streams, hk(p->stream));
+    bool capturing = o && o->bound && (o->m->state == ST_CAPTURING || o->m->state == ST_INVALID);
+    pthread_mutex_unlock(&g_mu);
+    if (capturing)
+      return aipc__fail(ACL_ERROR_RT_STREAM_CAPTURED, "%s: stream %p is being captured (aclmdlRICaptureBegin)", call,
+                        p->stream);
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                      "%s: stream %p is already bound to a model runtime instance (one stream, one model)", call,
+                      p->stream);
+  }
   pthread_mutex_lock(&g_mu);
   if (m->dead || m->state != want) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: the model runtime instance is %s", call,
-                    m->dead ? "destroyed" : "no longer being built");
+    rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: the model runtime instance is %s", call,
+                    m->dead ? "destroyed" : m->state == ST_BUILT ? "built already (aclmdlRIBuildEnd)"
+                                                                 : "a capture's, not one being built");
   } else {
     program *stale = aipc__hmap_remove(&g_streams, hk(p->stream));
     if (stale) stale->bound = false; /* a destroyed stream's, whose address came back */
@@ -430,7 +440,7 @@ static aclError bind(const char *call, model *m, program *p, mstate want) {
 aclError aipc__emu_mdl_ri_build_begin(aclmdlRI *modelRI, uint32_t flag) {
   const char *call = AIPC_CALL_NAME(mdl_ri_build_begin);
   if (!modelRI) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: modelRI is NULL", call);
-  if (flag != 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: flag %u is reserved: pass 0", call, flag);
+  if (flag != 0) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: flag %u is reserved: pass 0", call, flag);
   model *m;
   aclError rc = model_new(call, ST_BUILDING, &m);
   if (rc) return rc;
@@ -445,9 +455,9 @@ aclError aipc__emu_mdl_ri_bind_stream(aclmdlRI modelRI, aclrtStream stream, uint
   aclError rc = get_model(call, modelRI, &m);
   if (rc) return rc;
   if (!stream) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL (the default stream cannot be bound)", call);
+    rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: stream is NULL (the default stream cannot be bound)", call);
   } else if (flag != ACL_MODEL_STREAM_FLAG_HEAD && flag != ACL_MODEL_STREAM_FLAG_DEFAULT) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+    rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
                     "%s: flag 0x%x is not ACL_MODEL_STREAM_FLAG_HEAD (0) or ACL_MODEL_STREAM_FLAG_DEFAULT "
                     "(0x7fffffff)",
                     call, flag);
@@ -480,7 +490,7 @@ aclError aipc__emu_mdl_ri_end_task(aclmdlRI modelRI, aclrtStream stream) {
     rc = aipc__fail(ACL_ERROR_RT_STREAM_MODEL, "%s: stream %p is not bound to this model runtime instance", call,
                     stream);
   else if (m->state != ST_BUILDING)
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: the model runtime instance is not being built", call);
+    rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: the model runtime instance is not being built", call);
   else
     p->ended = true;
   pthread_mutex_unlock(&g_mu);
@@ -528,7 +538,7 @@ aclError aipc__emu_mdl_ri_build_end(aclmdlRI modelRI, void *reserve) {
   if (reserve) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: reserve is reserved: pass NULL", call);
   } else if (m->state != ST_BUILDING) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: the model runtime instance is not being built (%s)", call,
+    rc = aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: the model runtime instance is not being built (%s)", call,
                     m->state == ST_BUILT ? "built already" : "a capture");
   } else if (heads == 0) {
     rc = aipc__fail(ACL_ERROR_RT_STREAM_MODEL,
@@ -649,10 +659,21 @@ aclError aipc__emu_mdl_ri_execute_async(aclmdlRI modelRI, aclrtStream stream) {
   }
   pthread_mutex_lock(&g_mu);
   bool built = m->state == ST_BUILT;
+  program *on = stream ? aipc__hmap_get(&g_streams, hk(stream)) : NULL;
+  if (on && !on->bound) on = NULL;
+  bool capturing = on && (on->m->state == ST_CAPTURING || on->m->state == ST_INVALID);
   pthread_mutex_unlock(&g_mu);
-  if (!built) {
+  if (!built || on) {
     model_put(m);
-    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+    if (capturing)
+      return aipc__fail(ACL_ERROR_RT_STREAM_CAPTURED, "%s: stream %p is being captured: a model cannot run on it",
+                        call, stream);
+    if (on)
+      return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                        "%s: stream %p is bound to a model runtime instance (aclmdlRIBindStream): execute on another "
+                        "stream",
+                        call, stream);
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
                       "%s: the model runtime instance is not built yet (aclmdlRIBuildEnd or aclmdlRICaptureEnd)", call);
   }
   /* Built: its programs no longer change, so they are read without g_mu. */
@@ -727,7 +748,7 @@ aclError aipc__emu_mdl_ri_capture_begin(aclrtStream stream, aclmdlRICaptureMode 
   if (!stream) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL (the default stream cannot be captured)",
                                  call);
   if ((unsigned)mode > ACL_MODEL_RI_CAPTURE_MODE_RELAXED)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: mode %d is not an aclmdlRICaptureMode (0..2)", call, (int)mode);
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: mode %d is not an aclmdlRICaptureMode (0..2)", call, (int)mode);
   int32_t dev;
   aclError rc = aipc__stream_device(call, stream, &dev);
   if (rc) return rc;
@@ -753,7 +774,9 @@ aclError aipc__emu_mdl_ri_capture_begin(aclrtStream stream, aclmdlRICaptureMode 
 
 aclError aipc__emu_mdl_ri_capture_get_info(aclrtStream stream, aclmdlRICaptureStatus *status, aclmdlRI *modelRI) {
   const char *call = AIPC_CALL_NAME(mdl_ri_capture_get_info);
-  if (!status) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: status is NULL", call);
+  if (!stream) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", call);
+  if (!status && !modelRI)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: status and modelRI are both NULL (one may be)", call);
   int32_t dev;
   aclError rc = aipc__stream_device(call, stream, &dev);
   if (rc) return rc;
@@ -764,24 +787,25 @@ aclError aipc__emu_mdl_ri_capture_get_info(aclrtStream stream, aclmdlRICaptureSt
   if (m && m->state == ST_CAPTURING) st = ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE;
   if (m && m->state == ST_INVALID) st = ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED;
   pthread_mutex_unlock(&g_mu);
-  *status = st;
+  if (status) *status = st;
   if (modelRI) *modelRI = st == ACL_MODEL_RI_CAPTURE_STATUS_NONE ? NULL : m;
   return ACL_SUCCESS;
 }
 
 aclError aipc__emu_mdl_ri_capture_end(aclrtStream stream, aclmdlRI *modelRI) {
   const char *call = AIPC_CALL_NAME(mdl_ri_capture_end);
-  if (!modelRI) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: modelRI is NULL", call);
   if (!stream) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", call);
+  if (!modelRI) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: modelRI is NULL", call);
   aclError rc = ACL_SUCCESS;
   pthread_mutex_lock(&g_mu);
   program *p = aipc__hmap_get(&g_streams, hk(stream));
   model *m = p && p->bound ? p->m : NULL;
   if (!m || (m->state != ST_CAPTURING && m->state != ST_INVALID)) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is not being captured (aclmdlRICaptureBegin)", call, stream);
+    rc = aipc__fail(ACL_ERROR_RT_STREAM_NOT_CAPTURED, "%s: stream %p is not being captured (aclmdlRICaptureBegin)",
+                    call, stream);
     m = NULL;
   } else if (m->mode != ACL_MODEL_RI_CAPTURE_MODE_RELAXED && !pthread_equal(m->capturer, pthread_self())) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+    rc = aipc__fail(ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD,
                     "%s: the capture began in another thread in mode %s: end it there (or capture in "
                     "ACL_MODEL_RI_CAPTURE_MODE_RELAXED)",
                     call, m->mode == ACL_MODEL_RI_CAPTURE_MODE_GLOBAL ? "GLOBAL" : "THREAD_LOCAL");
@@ -793,7 +817,8 @@ aclError aipc__emu_mdl_ri_capture_end(aclrtStream stream, aclmdlRI *modelRI) {
       m->state = ST_BUILT;
       m->linear = true;
     } else {
-      rc = aipc__fail(m->capture_err, "%s: the capture was invalidated: %s", call, m->capture_msg);
+      rc = aipc__fail(ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, "%s: the capture was invalidated: %s", call,
+                      m->capture_msg);
     }
     aipc__handle_ref(&m->h);
   }

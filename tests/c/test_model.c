@@ -86,7 +86,8 @@ TEST(build_records_and_replays) {
   CHECK(d[0] == 1); /* recorded, not run */
   CHECK_OK(aclmdlRIEndTask(m, bound));
   CHECK_MSG(aclrtMemsetAsync(d, N, 0, N, bound), ACL_ERROR_INVALID_PARAM, "aclmdlRIEndTask");
-  CHECK_MSG(aclmdlRIExecuteAsync(m, exec), ACL_ERROR_INVALID_PARAM, "not built");
+  CHECK_MSG(aclmdlRIExecuteAsync(m, exec), ACL_ERROR_RT_PARAM_INVALID, "not built");
+  CHECK_MSG(aclmdlRIExecuteAsync(m, bound), ACL_ERROR_RT_PARAM_INVALID, "bound to a model");
   CHECK_OK(aclmdlRIBuildEnd(m, NULL));
   CHECK_MSG(aclrtMemsetAsync(d, N, 0, N, bound), ACL_ERROR_INVALID_PARAM, "built");
   for (int run = 0; run < 3; run++) {
@@ -123,19 +124,19 @@ TEST(build_rules) {
   aclrtStream s = stream_new(), t = stream_new();
   aclmdlRI m = NULL, other = NULL;
   CHECK_ACL(aclmdlRIBuildBegin(NULL, 0), ACL_ERROR_INVALID_PARAM);
-  CHECK_MSG(aclmdlRIBuildBegin(&m, 1), ACL_ERROR_INVALID_PARAM, "reserved");
+  CHECK_MSG(aclmdlRIBuildBegin(&m, 1), ACL_ERROR_RT_PARAM_INVALID, "reserved");
   CHECK_OK(aclmdlRIBuildBegin(&m, 0));
   CHECK_OK(aclmdlRIBuildBegin(&other, 0));
   CHECK_ACL(aclmdlRIBindStream(NULL, s, 0), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclmdlRIBindStream(&s, s, 0), ACL_ERROR_INVALID_PARAM);
-  CHECK_MSG(aclmdlRIBindStream(m, NULL, 0), ACL_ERROR_INVALID_PARAM, "default stream");
+  CHECK_MSG(aclmdlRIBindStream(m, NULL, 0), ACL_ERROR_RT_PARAM_INVALID, "default stream");
   CHECK_ACL(aclmdlRIBindStream(m, &m, 0), ACL_ERROR_INVALID_PARAM);
-  CHECK_MSG(aclmdlRIBindStream(m, s, 1), ACL_ERROR_INVALID_PARAM, "ACL_MODEL_STREAM_FLAG_HEAD");
+  CHECK_MSG(aclmdlRIBindStream(m, s, 1), ACL_ERROR_RT_PARAM_INVALID, "ACL_MODEL_STREAM_FLAG_HEAD");
   CHECK_MSG(aclmdlRIBuildEnd(m, NULL), ACL_ERROR_RT_STREAM_MODEL, "ACL_MODEL_STREAM_FLAG_HEAD");
   CHECK_OK(aclmdlRIBindStream(m, s, ACL_MODEL_STREAM_FLAG_DEFAULT));
-  CHECK_MSG(aclmdlRIBindStream(m, s, 0), ACL_ERROR_INVALID_PARAM, "already bound");
-  CHECK_MSG(aclmdlRIBindStream(other, s, 0), ACL_ERROR_INVALID_PARAM, "already bound");
-  CHECK_MSG(aclmdlRICaptureBegin(s, ACL_MODEL_RI_CAPTURE_MODE_RELAXED), ACL_ERROR_INVALID_PARAM, "already bound");
+  CHECK_MSG(aclmdlRIBindStream(m, s, 0), ACL_ERROR_RT_PARAM_INVALID, "already bound");
+  CHECK_MSG(aclmdlRIBindStream(other, s, 0), ACL_ERROR_RT_PARAM_INVALID, "already bound");
+  CHECK_MSG(aclmdlRICaptureBegin(s, ACL_MODEL_RI_CAPTURE_MODE_RELAXED), ACL_ERROR_RT_PARAM_INVALID, "already bound");
   CHECK_MSG(aclmdlRIBuildEnd(m, NULL), ACL_ERROR_RT_STREAM_MODEL, "ACL_MODEL_STREAM_FLAG_HEAD");
   CHECK_OK(aclmdlRIBindStream(m, t, ACL_MODEL_STREAM_FLAG_HEAD));
   CHECK_MSG(aclmdlRIEndTask(m, NULL), ACL_ERROR_RT_STREAM_MODEL, "not bound");
@@ -151,9 +152,9 @@ TEST(build_rules) {
   CHECK_OK(aclrtSetLabel(l, s));
   CHECK_MSG(aclrtSetLabel(l, t), ACL_ERROR_RT_INTERNAL_ERROR, "already set");
   CHECK_OK(aclmdlRIBuildEnd(m, NULL));
-  CHECK_MSG(aclmdlRIBuildEnd(m, NULL), ACL_ERROR_INVALID_PARAM, "built already");
-  CHECK_MSG(aclmdlRIBindStream(m, stream_new(), 0), ACL_ERROR_INVALID_PARAM, "no longer being built");
-  CHECK_MSG(aclmdlRIEndTask(m, t), ACL_ERROR_INVALID_PARAM, "not being built");
+  CHECK_MSG(aclmdlRIBuildEnd(m, NULL), ACL_ERROR_RT_PARAM_INVALID, "built already");
+  CHECK_MSG(aclmdlRIBindStream(m, stream_new(), 0), ACL_ERROR_RT_PARAM_INVALID, "built already");
+  CHECK_MSG(aclmdlRIEndTask(m, t), ACL_ERROR_RT_PARAM_INVALID, "not being built");
   /* destroying a model unbinds its streams */
   CHECK_OK(aclmdlRIDestroy(m));
   CHECK_OK(aclmdlRIBindStream(other, s, ACL_MODEL_STREAM_FLAG_HEAD));
@@ -275,7 +276,10 @@ TEST(capture_records_and_replays) {
   CHECK_OK(aclrtMemsetAsync(dst, N, 8, 1, s));
   CHECK_OK(aclrtSynchronizeStream(s));
   CHECK(dst[0] == 0 && dst[1] == 0); /* captured, not run */
-  CHECK_MSG(aclmdlRIExecuteAsync(got, s), ACL_ERROR_INVALID_PARAM, "not built");
+  CHECK_MSG(aclmdlRIExecuteAsync(got, s), ACL_ERROR_RT_STREAM_CAPTURED, "being captured");
+  CHECK_MSG(aclmdlRIExecuteAsync(got, NULL), ACL_ERROR_RT_PARAM_INVALID, "not built");
+  CHECK_MSG(aclmdlRIBindStream(got, stream_new(), 0), ACL_ERROR_RT_PARAM_INVALID, "a capture's");
+  CHECK_MSG(aclmdlRIBuildEnd(got, NULL), ACL_ERROR_RT_PARAM_INVALID, "a capture");
   CHECK_OK(aclmdlRICaptureEnd(s, &m));
   CHECK(m == got);
   CHECK_OK(aclmdlRICaptureGetInfo(s, &st, &got));
@@ -298,14 +302,18 @@ TEST(capture_rules) {
   aclmdlRICaptureStatus st;
   CHECK_MSG(aclmdlRICaptureBegin(NULL, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL), ACL_ERROR_INVALID_PARAM, "default stream");
   CHECK_ACL(aclmdlRICaptureBegin(&m, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL), ACL_ERROR_INVALID_PARAM);
-  CHECK_MSG(aclmdlRICaptureBegin(s, (aclmdlRICaptureMode)3), ACL_ERROR_INVALID_PARAM, "aclmdlRICaptureMode");
-  CHECK_MSG(aclmdlRICaptureEnd(s, &m), ACL_ERROR_INVALID_PARAM, "not being captured");
-  CHECK_ACL(aclmdlRICaptureEnd(s, NULL), ACL_ERROR_INVALID_PARAM);
+  CHECK_MSG(aclmdlRICaptureBegin(s, (aclmdlRICaptureMode)3), ACL_ERROR_RT_PARAM_INVALID, "aclmdlRICaptureMode");
+  CHECK_MSG(aclmdlRICaptureEnd(s, &m), ACL_ERROR_RT_STREAM_NOT_CAPTURED, "not being captured");
+  CHECK_ACL(aclmdlRICaptureEnd(s, NULL), ACL_ERROR_RT_PARAM_INVALID);
   CHECK_ACL(aclmdlRICaptureEnd(NULL, &m), ACL_ERROR_INVALID_PARAM);
-  CHECK_ACL(aclmdlRICaptureGetInfo(s, NULL, &m), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aclmdlRICaptureGetInfo(s, NULL, NULL), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aclmdlRICaptureGetInfo(NULL, &st, &m), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclmdlRICaptureGetInfo(&m, &st, &m), ACL_ERROR_INVALID_PARAM);
   CHECK_OK(aclmdlRICaptureBegin(s, ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL));
-  CHECK_MSG(aclmdlRICaptureBegin(s, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL), ACL_ERROR_INVALID_PARAM, "being captured");
+  CHECK_OK(aclmdlRICaptureGetInfo(s, NULL, &m)); /* status may be NULL (CANN) */
+  CHECK(m != NULL);
+  CHECK_MSG(aclmdlRICaptureBegin(s, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL), ACL_ERROR_RT_STREAM_CAPTURED, "being captured");
+  CHECK_MSG(aclmdlRIBindStream(m, s, 0), ACL_ERROR_RT_STREAM_CAPTURED, "being captured");
   aclrtLabel l = label_new();
   CHECK_MSG(aclrtSetLabel(l, s), ACL_ERROR_RT_STREAM_MODEL, "being captured");
   CHECK_OK(aclmdlRICaptureGetInfo(s, &st, &m));
@@ -317,9 +325,9 @@ TEST(capture_rules) {
   CHECK_OK(aclmdlRICaptureGetInfo(s, &st, &m));
   CHECK(st == ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED);
   void *d = dmalloc(N);
-  CHECK_MSG(aclrtMemsetAsync(d, N, 0, N, s), ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "invalidated");
+  CHECK_MSG(aclrtMemsetAsync(d, N, 0, N, s), ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, "invalidated");
   aclmdlRI out = NULL;
-  CHECK_MSG(aclmdlRICaptureEnd(s, &out), ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "invalidated");
+  CHECK_MSG(aclmdlRICaptureEnd(s, &out), ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, "cannot be recorded");
   CHECK(out == NULL);
   CHECK_ACL(aclmdlRIDestroy(m), ACL_ERROR_INVALID_PARAM); /* gone with the capture */
   CHECK_OK(aclrtRecordNotify(n, s)); /* the stream runs its work again */
@@ -356,7 +364,7 @@ TEST(capture_modes_and_threads) {
       CHECK_EQ(a.rc, ACL_SUCCESS); /* relaxed: any thread ends it */
       CHECK_OK(aclmdlRIDestroy(a.m));
     } else {
-      CHECK_EQ(a.rc, ACL_ERROR_INVALID_PARAM);
+      CHECK_EQ(a.rc, ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD);
       aclmdlRI m;
       CHECK_OK(aclmdlRICaptureEnd(s, &m));
       CHECK_OK(aclmdlRIDestroy(m));
@@ -405,8 +413,8 @@ TEST(capture_event_record_and_wait) {
   CHECK_OK(aclFinalize());
 }
 
-/* A model replayed on a stream that is being captured is captured too. */
-TEST(execute_into_a_capture) {
+/* CANN refuses to run a model on a stream being captured; the capture stays whole. */
+TEST(execute_on_a_capturing_stream_is_refused) {
   unsigned char *d = dmalloc(N);
   aclrtStream s = stream_new(), outer = stream_new();
   aclmdlRI inner, whole;
@@ -414,13 +422,14 @@ TEST(execute_into_a_capture) {
   CHECK_OK(aclrtMemsetAsync(d, N, 6, N, s));
   CHECK_OK(aclmdlRICaptureEnd(s, &inner));
   CHECK_OK(aclmdlRICaptureBegin(outer, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL));
-  CHECK_OK(aclmdlRIExecuteAsync(inner, outer));
+  CHECK_MSG(aclmdlRIExecuteAsync(inner, outer), ACL_ERROR_RT_STREAM_CAPTURED, "being captured");
   CHECK_OK(aclmdlRICaptureEnd(outer, &whole));
-  CHECK_OK(aclmdlRIDestroy(inner));
   memset(d, 0, N);
-  CHECK_OK(aclmdlRIExecuteAsync(whole, s));
+  CHECK_OK(aclmdlRIExecuteAsync(whole, s)); /* empty: runs nothing */
+  CHECK_OK(aclmdlRIExecuteAsync(inner, s));
   CHECK_OK(aclrtSynchronizeStream(s));
   CHECK(d[N - 1] == 6);
+  CHECK_OK(aclmdlRIDestroy(inner));
   CHECK_OK(aclmdlRIDestroy(whole));
   CHECK_OK(aclFinalize());
 }

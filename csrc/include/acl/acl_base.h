@@ -39,6 +39,9 @@ typedef int aclError;
   X(ACL_ERROR_RT_INVALID_HANDLE, 107017, "runtime: invalid handle")           \
   X(ACL_ERROR_RT_WAIT_TIMEOUT, 107019, "runtime: wait timeout")                \
   X(ACL_ERROR_RT_TASK_TIMEOUT, 107020, "runtime: task timeout")                \
+  X(ACL_ERROR_RT_STREAM_CAPTURED, 107027, "runtime: stream is captured")      \
+  X(ACL_ERROR_RT_STREAM_NOT_CAPTURED, 107029, "runtime: stream is not in capture status") \
+  X(ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD, 107038, "runtime: capture ended in another thread than it began") \
   X(ACL_ERROR_BAD_ALLOC, 200000, "memory allocation failed")                   \
   X(ACL_ERROR_INVALID_DEVICE, 200002, "invalid device")                        \
   X(ACL_ERROR_FEATURE_UNSUPPORTED, 200006, "feature not supported")            \
@@ -51,6 +54,7 @@ typedef int aclError;
   X(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, 507046, "runtime: stream synchronize timeout") \
   X(ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, 507047, "runtime: event synchronize timeout") \
   X(ACL_ERROR_RT_DRV_INTERNAL_ERROR, 507899, "runtime: driver internal error") \
+  X(ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, 507903, "runtime: the stream capture was invalidated") \
   X(ACL_ERROR_HOST_MEMORY_ALREADY_REGISTERED, 507910, "host memory range already registered") \
   X(ACL_ERROR_HOST_MEMORY_NOT_REGISTERED, 507911, "host memory has not been registered")
 
