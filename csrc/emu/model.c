@@ -97,7 +97,7 @@ aclError aipc__emu_create_label_list(aclrtLabel *labels, size_t num, aclrtLabelL
   if (!labels) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: labels is NULL", call);
   if (!out) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: labelList is NULL", call);
   if (num == 0 || num > MAX_LABELS_IN_LIST)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: num %zu is out of range (1..%u)", call, num, MAX_LABELS_IN_LIST);
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: num %zu is out of range (1..%u)", call, num, MAX_LABELS_IN_LIST);
   for (size_t i = 0; i < num; i++) {
     aipc__handle *o;
     char what[32];
@@ -700,6 +700,7 @@ aclError aipc__emu_mdl_ri_execute_async(aclmdlRI modelRI, aclrtStream stream) {
 
 aclError aipc__emu_set_label(aclrtLabel h, aclrtStream stream) {
   const char *call = AIPC_CALL_NAME(set_label);
+  if (!stream) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", call);
   aipc__handle *o;
   aclError rc = aipc__handles_get(&g_labels, call, "label", h, &o);
   if (rc) return rc;
@@ -713,6 +714,7 @@ aclError aipc__emu_set_label(aclrtLabel h, aclrtStream stream) {
 aclError aipc__emu_switch_label_by_index(void *ptr, uint32_t maxValue, aclrtLabelList labelList, aclrtStream stream) {
   const char *call = AIPC_CALL_NAME(switch_label_by_index);
   if (!ptr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: ptr is NULL", call);
+  if (!stream) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", call);
   aipc__handle *o;
   aclError rc = aipc__handles_get(&g_lists, call, "labelList", labelList, &o);
   if (rc) return rc;
@@ -720,7 +722,7 @@ aclError aipc__emu_switch_label_by_index(void *ptr, uint32_t maxValue, aclrtLabe
   if (maxValue == 0 || maxValue > l->n) {
     size_t n = l->n;
     release_plain(o);
-    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: maxValue %u: the label list holds %zu labels (1..%zu)", call,
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: maxValue %u: the label list holds %zu labels (1..%zu)", call,
                       maxValue, n, n);
   }
   int32_t cur = aipc__device_current();

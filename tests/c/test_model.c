@@ -41,8 +41,8 @@ TEST(label_rules) {
   CHECK_ACL(aclrtCreateLabel(NULL), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtCreateLabelList(NULL, 2, &list), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtCreateLabelList(two, 2, NULL), ACL_ERROR_INVALID_PARAM);
-  CHECK_MSG(aclrtCreateLabelList(two, 0, &list), ACL_ERROR_INVALID_PARAM, "out of range");
-  CHECK_MSG(aclrtCreateLabelList(two, 65536, &list), ACL_ERROR_INVALID_PARAM, "out of range");
+  CHECK_MSG(aclrtCreateLabelList(two, 0, &list), ACL_ERROR_RT_PARAM_INVALID, "out of range");
+  CHECK_MSG(aclrtCreateLabelList(two, 65536, &list), ACL_ERROR_RT_PARAM_INVALID, "out of range");
   aclrtLabel bad[2] = {a, &list};
   CHECK_MSG(aclrtCreateLabelList(bad, 2, &list), ACL_ERROR_INVALID_PARAM, "labels[1]");
   CHECK_OK(aclrtCreateLabelList(two, 2, &list));
@@ -50,14 +50,15 @@ TEST(label_rules) {
   void *idx = dmalloc(4);
   /* only streams bound to a model being built take labels and switches */
   CHECK_MSG(aclrtSetLabel(a, s), ACL_ERROR_RT_STREAM_MODEL, "aclmdlRIBindStream");
-  CHECK_MSG(aclrtSetLabel(a, NULL), ACL_ERROR_RT_STREAM_MODEL, "aclmdlRIBindStream");
+  CHECK_MSG(aclrtSetLabel(a, NULL), ACL_ERROR_INVALID_PARAM, "stream is NULL");
+  CHECK_MSG(aclrtSwitchLabelByIndex(idx, 2, list, NULL), ACL_ERROR_INVALID_PARAM, "stream is NULL");
   CHECK_MSG(aclrtSwitchLabelByIndex(idx, 2, list, s), ACL_ERROR_RT_STREAM_MODEL, "aclmdlRIBindStream");
   CHECK_ACL(aclrtSetLabel(NULL, s), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtSetLabel(&s, s), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtSwitchLabelByIndex(NULL, 2, list, s), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtSwitchLabelByIndex(idx, 2, a, s), ACL_ERROR_INVALID_PARAM); /* a label, not a list */
-  CHECK_MSG(aclrtSwitchLabelByIndex(idx, 3, list, s), ACL_ERROR_INVALID_PARAM, "maxValue");
-  CHECK_MSG(aclrtSwitchLabelByIndex(idx, 0, list, s), ACL_ERROR_INVALID_PARAM, "maxValue");
+  CHECK_MSG(aclrtSwitchLabelByIndex(idx, 3, list, s), ACL_ERROR_RT_PARAM_INVALID, "maxValue");
+  CHECK_MSG(aclrtSwitchLabelByIndex(idx, 0, list, s), ACL_ERROR_RT_PARAM_INVALID, "maxValue");
   uint32_t host_idx = 0;
   CHECK_MSG(aclrtSwitchLabelByIndex(&host_idx, 2, list, s), ACL_ERROR_INVALID_PARAM, "device memory");
   CHECK_OK(aclrtDestroyLabelList(list));
