@@ -23,8 +23,9 @@
  * order, so they are exactly the tasks the original calls would have queued
  * at that moment (an event record takes its place among records then). Any
  * other model is queued as one task that interprets it when it runs: it
- * runs each head stream's program in bind order, cloning and running each
- * template in turn; a switch reads its uint32 index from device memory and
+ * runs the head streams' programs side by side (a thread each), cloning and
+ * running each template in turn (an event wait then takes its target when
+ * reached, so waits between two streams of one model are not ordered); a switch reads its uint32 index from device memory and
  * continues at the chosen label, on whichever program holds it, the
  * current program stopping there (CANN: an index past the last label picks
  * the last). Streams bound with ACL_MODEL_STREAM_FLAG_DEFAULT run only when
@@ -50,6 +51,7 @@
 #include "core/hashmap.h"
 #include "emu_internal.h"
 #include "handles.h"
+#include "os/os.h"
 
 #define MAX_LABELS_IN_LIST 65535u
 
@@ -631,15 +633,54 @@ static aclError run_program(model *m, size_t pi, size_t pos, aclError failed, co
   }
 }
 
+/* One head stream's run, on a thread of its own when the model has several. */
+typedef struct head_run {
+  model *m;
+  size_t prog;
+  const _Atomic(bool) *cancel;
+  aclError rc;
+  char msg[512];
+  pthread_t thread;
+  bool started;
+} head_run;
+
+static void *run_head(void *arg) {
+  head_run *h = arg;
+  h->rc = run_program(h->m, h->prog, 0, ACL_SUCCESS, h->cancel);
+  if (h->rc) snprintf(h->msg, sizeof h->msg, "%s", msg_or_empty(aipc__recent_err_msg()));
+  return NULL;
+}
+
+/* The head streams run side by side, as a model's streams do on a device
+ * (one may wait on an event another records); the first error in bind
+ * order is the run's. */
 static aclError run_model(aipc__task *t, aclError failed, const _Atomic(bool) *cancel) {
   model *m = ((run_task *)t)->m;
   if (failed) return ACL_SUCCESS; /* skipped, as copies are after an error (stream.c) */
-  for (size_t i = 0; i < m->nprogs; i++) {
-    if (m->progs[i]->flag != ACL_MODEL_STREAM_FLAG_HEAD) continue;
-    aclError rc = run_program(m, i, 0, failed, cancel);
-    if (rc) return rc;
+  size_t n = 0;
+  for (size_t i = 0; i < m->nprogs; i++) n += m->progs[i]->flag == ACL_MODEL_STREAM_FLAG_HEAD;
+  head_run *h = calloc(n, sizeof *h);
+  if (!h) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclmdlRIExecuteAsync (running): out of host memory");
+  for (size_t i = 0, k = 0; i < m->nprogs; i++)
+    if (m->progs[i]->flag == ACL_MODEL_STREAM_FLAG_HEAD) {
+      h[k].m = m; /* calloc: no error, no thread yet */
+      h[k].prog = i;
+      h[k++].cancel = cancel;
+    }
+  for (size_t k = 1; k < n; k++) /* the first runs here; a thread that cannot start runs here too, after */
+    h[k].started = aipc__os_thread_start(&h[k].thread, run_head, &h[k]) == 0;
+  run_head(&h[0]);
+  for (size_t k = 1; k < n; k++) {
+    if (h[k].started)
+      pthread_join(h[k].thread, NULL);
+    else
+      run_head(&h[k]);
   }
-  return ACL_SUCCESS;
+  aclError rc = ACL_SUCCESS;
+  for (size_t k = 0; k < n && rc == ACL_SUCCESS; k++)
+    if (h[k].rc) rc = aipc__fail(h[k].rc, "%s", h[k].msg);
+  free(h);
+  return rc;
 }
 
 static void free_run(aipc__task *t) {

@@ -175,6 +175,34 @@ TEST(build_rules) {
   CHECK_OK(aclFinalize());
 }
 
+/* Several head streams run side by side in one execution. */
+TEST(several_head_streams) {
+  enum { H = 4 };
+  unsigned char *d = dmalloc(H * N);
+  aclrtStream s[H], exec = stream_new();
+  aclmdlRI m;
+  CHECK_OK(aclmdlRIBuildBegin(&m, 0));
+  for (int i = 0; i < H; i++) {
+    s[i] = stream_new();
+    CHECK_OK(aclmdlRIBindStream(m, s[i], ACL_MODEL_STREAM_FLAG_HEAD));
+    CHECK_OK(aclrtMemsetAsync(d + i * N, N, 0x10 + i, N, s[i]));
+    CHECK_OK(aclmdlRIEndTask(m, s[i]));
+  }
+  CHECK_OK(aclmdlRIBuildEnd(m, NULL));
+  for (int run = 0; run < 3; run++) {
+    memset(d, 0, H * N);
+    CHECK_OK(aclmdlRIExecuteAsync(m, exec));
+    CHECK_OK(aclrtSynchronizeStream(exec));
+    for (int i = 0; i < H; i++) CHECK(d[i * N] == 0x10 + i && d[i * N + N - 1] == 0x10 + i);
+  }
+  /* one head's failure is the run's */
+  CHECK_OK(aclrtFree(d));
+  CHECK_OK(aclmdlRIExecuteAsync(m, exec));
+  CHECK_MSG(aclrtSynchronizeStream(exec), ACL_ERROR_INVALID_PARAM, "");
+  CHECK_OK(aclmdlRIDestroy(m));
+  CHECK_OK(aclFinalize());
+}
+
 /* The sample's program and more: a switch by index picks one of two
  * branches; an unconditional jump (a one-label list) skips the other. */
 typedef struct branchy {
