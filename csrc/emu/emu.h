@@ -193,6 +193,10 @@ aclError aipc__stream_submit_record_only(const char *call, aclrtStream h, aipc__
 typedef struct aipc__recorder aipc__recorder;
 struct aipc__recorder {
   aclError (*record)(aipc__recorder *r, const char *call, aipc__task *t, aipc__task_clone clone);
+  /* Called once when a stream is freed with r still set (destroyed while
+   * recording): the recorder's owner may then let go of r. Not called in a
+   * fork child, nor for a recorder swapped out. */
+  void (*release)(aipc__recorder *r);
 };
 /* Replaces stream h's recorder if it is expect (NULL: none): false, nothing
  * changed, when it is not; an error when h is not a live stream (the

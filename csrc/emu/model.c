@@ -243,28 +243,49 @@ static void model_put(model *m) {
   if (aipc__handle_unref(&m->h)) model_free(m, false);
 }
 
-/* Ends every binding of m (unbind: the streams stop recording into it).
- * Called without g_mu. */
+/* A bound or capturing stream holds a reference to its model (taken by
+ * bind(), dropped by whoever ends the binding: the swap that unbinds it, or
+ * the stream's own end, here). */
+static void stream_gone(aipc__recorder *r) {
+  program *p = (program *)r;
+  model *m = p->m;
+  pthread_mutex_lock(&g_mu);
+  if (p->bound) {
+    p->bound = false;
+    if (aipc__hmap_get(&g_streams, hk(p->stream)) == p) aipc__hmap_remove(&g_streams, hk(p->stream));
+  }
+  pthread_mutex_unlock(&g_mu);
+  model_put(m);
+}
+
+/* Ends one binding: p's stream stops recording into it. The swap takes the
+ * stream's lock (before g_mu in the lock order), so it runs without g_mu.
+ * When the stream is gone (destroyed, its end called stream_gone, or about
+ * to), nothing is left to undo. */
+static void unbind_stream(const char *call, program *p) {
+  bool swapped = false;
+  if (aipc__stream_swap_recorder(call, p->stream, &p->rec, NULL, &swapped) != ACL_SUCCESS) clear_error();
+  if (swapped) model_put(p->m);
+}
+
+/* Ends every binding of m (unbind: the streams stop recording into it),
+ * one at a time: the swap takes the stream's lock, which comes before
+ * g_mu, so it runs with g_mu released. Called without g_mu. */
 static void unbind_all(model *m) {
   pthread_mutex_lock(&g_mu);
   m->dead = true;
-  size_t n = 0;
-  program **bound = malloc((m->nprogs ? m->nprogs : 1) * sizeof *bound);
-  for (size_t i = 0; i < m->nprogs; i++) {
-    program *p = m->progs[i];
-    if (!p->bound) continue;
+  for (;;) {
+    program *p = NULL;
+    for (size_t i = 0; i < m->nprogs && !p; i++)
+      if (m->progs[i]->bound) p = m->progs[i];
+    if (!p) break;
     p->bound = false;
     if (aipc__hmap_get(&g_streams, hk(p->stream)) == p) aipc__hmap_remove(&g_streams, hk(p->stream));
-    if (bound) bound[n++] = p;
+    pthread_mutex_unlock(&g_mu);
+    unbind_stream("aclmdlRIDestroy", p);
+    pthread_mutex_lock(&g_mu);
   }
   pthread_mutex_unlock(&g_mu);
-  for (size_t i = 0; i < n; i++) {
-    bool swapped;
-    /* A stream destroyed meanwhile is no longer live: nothing to undo. */
-    if (aipc__stream_swap_recorder("aclmdlRIDestroy", bound[i]->stream, &bound[i]->rec, NULL, &swapped) != ACL_SUCCESS)
-      clear_error();
-  }
-  free(bound);
 }
 
 /* The registry's reference, dropped (aclFinalize, a failed add). */
@@ -366,6 +387,7 @@ static program *program_new(model *m, aclrtStream stream, uint32_t flag) {
   program *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->rec.record = record;
+  p->rec.release = stream_gone;
   p->m = m;
   p->stream = stream;
   p->flag = flag;
@@ -400,8 +422,13 @@ static aclError model_new(const char *call, mstate state, model **out) {
  * (nothing changed) when the stream records for someone already. */
 static aclError bind(const char *call, model *m, program *p, mstate want) {
   bool swapped = false;
+  aipc__handle_ref(&m->h); /* the stream's, while it records into m */
   aclError rc = aipc__stream_swap_recorder(call, p->stream, NULL, &p->rec, &swapped);
-  if (rc) return rc;
+  if (rc == ACL_SUCCESS && !swapped) model_put(m);
+  if (rc) {
+    model_put(m);
+    return rc;
+  }
   if (!swapped) {
     pthread_mutex_lock(&g_mu);
     program *o = aipc__hmap_get(&g_streams, hk(p->stream));
@@ -433,7 +460,7 @@ static aclError bind(const char *call, model *m, program *p, mstate want) {
   if (rc) { /* undone; the message stays the one above */
     char msg[512];
     snprintf(msg, sizeof msg, "%s", msg_or_empty(aipc__recent_err_msg()));
-    (void)aipc__stream_swap_recorder(call, p->stream, &p->rec, NULL, &swapped);
+    unbind_stream(call, p);
     (void)aipc__fail(rc, "%s", msg);
   }
   return rc;
@@ -571,10 +598,7 @@ aclError aipc__emu_mdl_ri_unbind_stream(aclmdlRI modelRI, aclrtStream stream) {
     aipc__hmap_remove(&g_streams, hk(stream));
   }
   pthread_mutex_unlock(&g_mu);
-  if (p) {
-    bool swapped;
-    if (aipc__stream_swap_recorder(call, stream, &p->rec, NULL, &swapped) != ACL_SUCCESS) clear_error();
-  }
+  if (p) unbind_stream(call, p);
   model_put(m);
   return rc;
 }
@@ -869,8 +893,7 @@ aclError aipc__emu_mdl_ri_capture_end(aclrtStream stream, aclmdlRI *modelRI) {
   if (!m) return rc;
   char msg[512] = "";
   if (rc) snprintf(msg, sizeof msg, "%s", msg_or_empty(aipc__recent_err_msg()));
-  bool swapped;
-  if (aipc__stream_swap_recorder(call, stream, &p->rec, NULL, &swapped) != ACL_SUCCESS) clear_error();
+  unbind_stream(call, p);
   if (rc == ACL_SUCCESS) {
     *modelRI = m;
   } else { /* an invalidated capture leaves nothing behind */

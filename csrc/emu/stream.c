@@ -70,6 +70,7 @@ static void forget_tasks(stream *s) {
 
 static void put(stream *s) {
   if (!aipc__handle_unref(&s->h)) return;
+  if (s->rec && s->rec->release) s->rec->release(s->rec); /* destroyed while a model recorded from it */
   free_tasks(s);
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->idle);

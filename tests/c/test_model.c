@@ -166,8 +166,11 @@ TEST(build_rules) {
   CHECK_OK(aclmdlRIBuildBegin(&m, 0));
   aclrtStream gone = stream_new();
   CHECK_OK(aclmdlRIBindStream(m, gone, 0));
-  CHECK_OK(aclrtDestroyStream(gone));
-  CHECK_OK(aclmdlRIUnbindStream(m, gone));
+  CHECK_OK(aclrtDestroyStream(gone)); /* its end ends the binding */
+  CHECK_MSG(aclmdlRIUnbindStream(m, gone), ACL_ERROR_RT_STREAM_MODEL, "not bound");
+  aclrtStream again = stream_new(); /* a new stream, whatever its address, is free to bind */
+  CHECK_OK(aclmdlRIBindStream(m, again, 0));
+  CHECK_OK(aclrtDestroyStream(again));
   CHECK_OK(aclmdlRIDestroy(m));
   CHECK_OK(aclrtDestroyLabelList(list));
   CHECK_OK(aclrtDestroyLabel(l));
