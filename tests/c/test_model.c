@@ -4,6 +4,7 @@
  * (harness.h). */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -567,5 +568,66 @@ TEST(fork_and_finalize_leave_nothing_behind) {
   CHECK_OK(aclrtMemsetAsync(d, N, 5, N, s)); /* a fresh stream runs its work */
   CHECK_OK(aclrtSynchronizeStream(s));
   CHECK(d[0] == 5);
+  CHECK_OK(aclFinalize());
+}
+
+/* Streams and models destroyed in every order while other threads queue
+ * work on the streams: no recorder outlives its model, nothing leaks. */
+typedef struct churn {
+  aclrtStream s;
+  unsigned char *d;
+  _Atomic int stop;
+  int bad;
+} churn;
+
+static void *queue_loop(void *p) {
+  churn *c = p;
+  while (!atomic_load(&c->stop)) {
+    aclError rc = aclrtMemsetAsync(c->d, N, 1, N, c->s);
+    /* recorded, refused by a built model, or run: never anything else */
+    if (rc != ACL_SUCCESS && rc != ACL_ERROR_INVALID_PARAM && rc != ACL_ERROR_RT_STREAM_MODEL) c->bad++;
+  }
+  return NULL;
+}
+
+TEST(bind_destroy_and_capture_while_other_threads_queue) {
+  churn c = {stream_new(), dmalloc(N), 0, 0};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) CHECK(pthread_create(&th[i], NULL, queue_loop, &c) == 0);
+  for (int i = 0; i < 200; i++) {
+    aclmdlRI m;
+    CHECK_OK(aclmdlRIBuildBegin(&m, 0));
+    CHECK_OK(aclmdlRIBindStream(m, c.s, ACL_MODEL_STREAM_FLAG_HEAD));
+    if (i % 3 == 0) CHECK_OK(aclmdlRIBuildEnd(m, NULL));
+    if (i % 2) CHECK_OK(aclmdlRIUnbindStream(m, c.s));
+    CHECK_OK(aclmdlRIDestroy(m));
+    CHECK_OK(aclmdlRICaptureBegin(c.s, ACL_MODEL_RI_CAPTURE_MODE_RELAXED));
+    CHECK_OK(aclmdlRICaptureEnd(c.s, &m));
+    CHECK_OK(aclmdlRIExecuteAsync(m, NULL));
+    CHECK_OK(aclmdlRIDestroy(m));
+  }
+  atomic_store(&c.stop, 1);
+  for (int i = 0; i < 2; i++) CHECK(pthread_join(th[i], NULL) == 0);
+  CHECK_EQ(c.bad, 0);
+  CHECK_OK(aclrtSynchronizeStream(NULL));
+  /* a stream destroyed while it is captured, then its model */
+  aclrtStream s = stream_new();
+  aclmdlRI m;
+  CHECK_OK(aclmdlRICaptureBegin(s, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL));
+  CHECK_OK(aclmdlRICaptureGetInfo(s, NULL, &m));
+  CHECK_OK(aclrtMemsetAsync(c.d, N, 2, N, s));
+  CHECK_OK(aclrtDestroyStream(s));
+  CHECK_OK(aclmdlRIDestroy(m));
+  /* and the other way round */
+  s = stream_new();
+  CHECK_OK(aclmdlRICaptureBegin(s, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL));
+  CHECK_OK(aclmdlRICaptureGetInfo(s, NULL, &m));
+  CHECK_OK(aclmdlRIDestroy(m));
+  CHECK_MSG(aclmdlRICaptureEnd(s, &m), ACL_ERROR_RT_STREAM_NOT_CAPTURED, "");
+  CHECK_OK(aclrtMemsetAsync(c.d, N, 3, N, s)); /* runs again */
+  CHECK_OK(aclrtSynchronizeStream(s));
+  CHECK(c.d[0] == 3);
+  CHECK_OK(aclrtDestroyStream(s));
+  CHECK_OK(aclrtDestroyStream(c.s));
   CHECK_OK(aclFinalize());
 }
