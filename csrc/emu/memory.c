@@ -898,6 +898,7 @@ aclError aipc__mem_memset(const char *call, void *devPtr, int value, size_t coun
 
 aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
   const char *call = AIPC_CALL_NAME(memset);
+  if (count == 0) return ACL_SUCCESS; /* CANN's acl layer: before any other check */
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
   if (count > maxCount)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than maxCount %zu", call, count, maxCount);

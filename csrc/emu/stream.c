@@ -418,6 +418,7 @@ static aclError run_memset(aipc__task *t, aclError failed, const atomic_bool *ca
 
 aclError aipc__emu_memset_async(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream h) {
   const char *call = AIPC_CALL_NAME(memset_async);
+  if (count == 0) return ACL_SUCCESS; /* CANN's acl layer: before any other check, the stream's too */
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
   if (count > maxCount)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than maxCount %zu", call, count, maxCount);

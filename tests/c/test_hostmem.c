@@ -340,6 +340,10 @@ TEST(memset_async_on_malloc_host_memory) {
   CHECK(h[PAGE] == 0x6b && h[3 * PAGE - 1] == 0x6b);
   CHECK_MSG(aclrtMemsetAsync(h + PAGE, 3 * PAGE, 0, 3 * PAGE, s), ACL_ERROR_INVALID_PARAM, "overruns");
   CHECK_MSG(aclrtMemsetAsync(mine, sizeof mine, 0, sizeof mine, s), ACL_ERROR_INVALID_PARAM, "did not allocate");
+  /* CANN: a zero-byte memset succeeds before any check */
+  CHECK_OK(aclrtMemset(NULL, 0, 0, 0));
+  CHECK_OK(aclrtMemsetAsync(NULL, 0, 0, 0, &mine));
+  CHECK_MSG(aclrtMemsetAsync(NULL, 1, 0, 1, s), ACL_ERROR_INVALID_PARAM, "NULL");
   CHECK_OK(aclrtMemsetAsync(h, PAGE, 1, PAGE, s));
   CHECK_OK(aclrtSynchronizeStream(s));
   CHECK_OK(aclrtFreeHost(h));
