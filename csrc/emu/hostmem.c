@@ -24,8 +24,10 @@
  * State: the table, behind g.mu (this file's alone; nothing is called
  * while it is held).
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "core/ordmap.h"
 #include "emu_internal.h"
@@ -98,6 +100,11 @@ aclError aipc__emu_host_register_v2(void *ptr, uint64_t size, uint32_t flag) {
   if (size > UINTPTR_MAX - a)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: [%p, +%llu) wraps around the address space", call, ptr,
                       (unsigned long long)size);
+  /* msync(MS_ASYNC) writes nothing back; it fails with ENOMEM where part of
+   * the range is not mapped: such a range is refused now, not faulted on later. */
+  if (msync(ptr, (size_t)size, MS_ASYNC) != 0 && errno == ENOMEM)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: [%p, +%llu) is not all mapped memory of this process", call,
+                      ptr, (unsigned long long)size);
   aipc__block b;
   if (aipc__mem_lookup(ptr, &b) && b.kind != AIPC_MEM_HOST)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is device memory of the runtime, not host memory", call,

@@ -78,6 +78,12 @@ TEST(host_register_rules) {
   CHECK_MSG(aclrtHostRegisterV2(p, PAGE, ACL_HOST_REG_READONLY), ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "reserved");
   CHECK_MSG(aclrtHostRegisterV2(p + 8, PAGE, ACL_HOST_REG_MAPPED), ACL_ERROR_RT_PARAM_INVALID, "4 KiB");
   CHECK_MSG(aclrtHostRegisterV2(p, UINT64_MAX, ACL_HOST_REG_MAPPED), ACL_ERROR_RT_PARAM_INVALID, "wraps");
+  unsigned char *half = pages(8); /* its second half unmapped */
+  munmap(half + 4 * PAGE, 4 * PAGE);
+  CHECK_MSG(aclrtHostRegisterV2(half, 8 * PAGE, ACL_HOST_REG_MAPPED), ACL_ERROR_RT_PARAM_INVALID, "not all mapped");
+  CHECK_MSG(aclrtHostRegisterV2(half + 4 * PAGE, PAGE, ACL_HOST_REG_MAPPED), ACL_ERROR_RT_PARAM_INVALID,
+            "not all mapped");
+  munmap(half, 4 * PAGE);
   void *d = NULL;
   CHECK_OK(aclrtMalloc(&d, PAGE, ACL_MEM_MALLOC_HUGE_FIRST));
   CHECK_MSG(aclrtHostRegisterV2(d, PAGE, ACL_HOST_REG_MAPPED), ACL_ERROR_RT_PARAM_INVALID, "device memory");
