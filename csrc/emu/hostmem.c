@@ -75,6 +75,21 @@ static reg *overlapping(uintptr_t p, uint64_t len) {
   return NULL;
 }
 
+/* Whether every page of [a, a+len) is mapped in this process: mincore
+ * fails with ENOMEM where one is not, so such a range is refused now, not
+ * faulted on later. Asked 16 MiB at a time, with a small vector. */
+static bool all_mapped(uintptr_t a, uint64_t len) {
+  enum { CHUNK_PAGES = 4096 };
+  unsigned char vec[CHUNK_PAGES];
+  uint64_t pages = (len + AIPC_PAGE_SIZE - 1) / AIPC_PAGE_SIZE;
+  for (uint64_t done = 0; done < pages; done += CHUNK_PAGES) {
+    uint64_t n = pages - done < CHUNK_PAGES ? pages - done : CHUNK_PAGES;
+    if (mincore((void *)(a + done * AIPC_PAGE_SIZE), (size_t)(n * AIPC_PAGE_SIZE), vec) != 0 && errno == ENOMEM)
+      return false;
+  }
+  return true;
+}
+
 aclError aipc__emu_host_register_v2(void *ptr, uint64_t size, uint32_t flag) {
   const char *call = AIPC_CALL_NAME(host_register_v2);
   const uint32_t valid = ACL_HOST_REG_MAPPED | ACL_HOST_REG_IOMEMORY | ACL_HOST_REG_READONLY | ACL_HOST_REG_PINNED;
@@ -100,9 +115,7 @@ aclError aipc__emu_host_register_v2(void *ptr, uint64_t size, uint32_t flag) {
   if (size > UINTPTR_MAX - a)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: [%p, +%llu) wraps around the address space", call, ptr,
                       (unsigned long long)size);
-  /* msync(MS_ASYNC) writes nothing back; it fails with ENOMEM where part of
-   * the range is not mapped: such a range is refused now, not faulted on later. */
-  if (msync(ptr, (size_t)size, MS_ASYNC) != 0 && errno == ENOMEM)
+  if (!all_mapped(a, size))
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: [%p, +%llu) is not all mapped memory of this process", call,
                       ptr, (unsigned long long)size);
   aipc__block b;
