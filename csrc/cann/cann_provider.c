@@ -38,7 +38,7 @@ _Static_assert(sizeof(any_fn) == sizeof(void *), "function and data pointers dif
 
 /* ---- state ------------------------------------------------------------------ */
 
-#define MAX_MISSING 128
+#define MAX_MISSING AIPC_CALL_COUNT /* every call of the list may be missing */
 
 /* Everything the provider knows, reached through its table's private_data.
  * Written once, under load_once (version: under version_once; aclInit's
@@ -116,6 +116,8 @@ static aclError missing_call(const char *symbol, const char *since) {
 #define MISSING_RESULT_aipc_stream_config_ptr(symbol, since) ((void)missing_call(symbol, since), NULL)
 /* The exception-info getters: CANN's value for "no such information". */
 #define MISSING_RESULT_uint32_t(symbol, since) ((void)missing_call(symbol, since), 0xFFFFFFFFu)
+/* A handle-returning call says why in the message and returns NULL, as CANN does on failure. */
+#define MISSING_RESULT_aclrtAllocatorDesc(symbol, since) ((void)missing_call(symbol, since), (aclrtAllocatorDesc)NULL)
 
 /* One stub per call of core/calls.h, used where the library lacks it. */
 #define STUB_(ret, symbol, field, params, args, since, need) \

@@ -342,7 +342,37 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
      aclrtArgsHandle argsHandle, void *reserve),                                                               \
     (funcHandle, numBlocks, stream, cfg, argsHandle, reserve), NULL, OPTIONAL)
 
-#define AIPC_CALLS_MODEL(X) /* managed and registered host memory, allocators, labels, model runtime instances */
+#define AIPC_CALLS_MODEL(X) /* managed and registered host memory, allocators, labels, model runtime instances */ \
+  X(aclError, aclrtMemAllocManaged, mem_alloc_managed, (void **ptr, uint64_t size, uint32_t flag), (ptr, size, flag), NULL, OPTIONAL) \
+  X(aclError, aclrtHostRegisterV2, host_register_v2, (void *ptr, uint64_t size, uint32_t flag), (ptr, size, flag), NULL, OPTIONAL) \
+  X(aclError, aclrtHostGetDevicePointer, host_get_device_pointer, (void *pHost, void **pDevice, uint32_t flag), (pHost, pDevice, flag), NULL, OPTIONAL) \
+  X(aclError, aclrtHostUnregister, host_unregister, (void *ptr), (ptr), NULL, OPTIONAL) \
+  X(aclrtAllocatorDesc, aclrtAllocatorCreateDesc, allocator_create_desc, (void), (), NULL, OPTIONAL) \
+  X(aclError, aclrtAllocatorDestroyDesc, allocator_destroy_desc, (aclrtAllocatorDesc allocatorDesc), (allocatorDesc), NULL, OPTIONAL) \
+  X(aclError, aclrtAllocatorSetObjToDesc, allocator_set_obj_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocator allocator), (allocatorDesc, allocator), NULL, OPTIONAL) \
+  X(aclError, aclrtAllocatorSetAllocFuncToDesc, allocator_set_alloc_func_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocatorAllocFunc func), (allocatorDesc, func), NULL, OPTIONAL) \
+  X(aclError, aclrtAllocatorSetFreeFuncToDesc, allocator_set_free_func_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocatorFreeFunc func), (allocatorDesc, func), NULL, OPTIONAL) \
+  X(aclError, aclrtAllocatorSetAllocAdviseFuncToDesc, allocator_set_alloc_advise_func_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocatorAllocAdviseFunc func), (allocatorDesc, func), NULL, OPTIONAL) \
+  X(aclError, aclrtAllocatorSetGetAddrFromBlockFuncToDesc, allocator_set_get_addr_from_block_func_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocatorGetAddrFromBlockFunc func), (allocatorDesc, func), NULL, OPTIONAL) \
+  X(aclError, aclrtAllocatorRegister, allocator_register, (aclrtStream stream, aclrtAllocatorDesc allocatorDesc), (stream, allocatorDesc), NULL, OPTIONAL) \
+  X(aclError, aclrtAllocatorGetByStream, allocator_get_by_stream, (aclrtStream stream, aclrtAllocatorDesc *allocatorDesc, aclrtAllocator *allocator, aclrtAllocatorAllocFunc *allocFunc, aclrtAllocatorFreeFunc *freeFunc, aclrtAllocatorAllocAdviseFunc *allocAdviseFunc, aclrtAllocatorGetAddrFromBlockFunc *getAddrFromBlockFunc), (stream, allocatorDesc, allocator, allocFunc, freeFunc, allocAdviseFunc, getAddrFromBlockFunc), NULL, OPTIONAL) \
+  X(aclError, aclrtAllocatorUnregister, allocator_unregister, (aclrtStream stream), (stream), NULL, OPTIONAL) \
+  X(aclError, aclrtCreateLabel, create_label, (aclrtLabel *label), (label), NULL, OPTIONAL) \
+  X(aclError, aclrtSetLabel, set_label, (aclrtLabel label, aclrtStream stream), (label, stream), NULL, OPTIONAL) \
+  X(aclError, aclrtDestroyLabel, destroy_label, (aclrtLabel label), (label), NULL, OPTIONAL) \
+  X(aclError, aclrtCreateLabelList, create_label_list, (aclrtLabel *labels, size_t num, aclrtLabelList *labelList), (labels, num, labelList), NULL, OPTIONAL) \
+  X(aclError, aclrtDestroyLabelList, destroy_label_list, (aclrtLabelList labelList), (labelList), NULL, OPTIONAL) \
+  X(aclError, aclrtSwitchLabelByIndex, switch_label_by_index, (void *ptr, uint32_t maxValue, aclrtLabelList labelList, aclrtStream stream), (ptr, maxValue, labelList, stream), NULL, OPTIONAL) \
+  X(aclError, aclmdlRIBuildBegin, mdl_ri_build_begin, (aclmdlRI *modelRI, uint32_t flag), (modelRI, flag), NULL, OPTIONAL) \
+  X(aclError, aclmdlRIBindStream, mdl_ri_bind_stream, (aclmdlRI modelRI, aclrtStream stream, uint32_t flag), (modelRI, stream, flag), NULL, OPTIONAL) \
+  X(aclError, aclmdlRIEndTask, mdl_ri_end_task, (aclmdlRI modelRI, aclrtStream stream), (modelRI, stream), NULL, OPTIONAL) \
+  X(aclError, aclmdlRIBuildEnd, mdl_ri_build_end, (aclmdlRI modelRI, void *reserve), (modelRI, reserve), NULL, OPTIONAL) \
+  X(aclError, aclmdlRIUnbindStream, mdl_ri_unbind_stream, (aclmdlRI modelRI, aclrtStream stream), (modelRI, stream), NULL, OPTIONAL) \
+  X(aclError, aclmdlRIExecuteAsync, mdl_ri_execute_async, (aclmdlRI modelRI, aclrtStream stream), (modelRI, stream), NULL, OPTIONAL) \
+  X(aclError, aclmdlRIDestroy, mdl_ri_destroy, (aclmdlRI modelRI), (modelRI), NULL, OPTIONAL) \
+  X(aclError, aclmdlRICaptureBegin, mdl_ri_capture_begin, (aclrtStream stream, aclmdlRICaptureMode mode), (stream, mode), NULL, OPTIONAL) \
+  X(aclError, aclmdlRICaptureGetInfo, mdl_ri_capture_get_info, (aclrtStream stream, aclmdlRICaptureStatus *status, aclmdlRI *modelRI), (stream, status, modelRI), NULL, OPTIONAL) \
+  X(aclError, aclmdlRICaptureEnd, mdl_ri_capture_end, (aclrtStream stream, aclmdlRI *modelRI), (stream, modelRI), NULL, OPTIONAL)
 
 #define AIPC_CALLS(X) AIPC_CALLS_CORE(X) AIPC_CALLS_CONTEXT(X) AIPC_CALLS_STREAM(X) AIPC_CALLS_TASK(X) AIPC_CALLS_MODEL(X)
 

@@ -173,11 +173,50 @@ struct aipc__task {
 #define AIPC_TASK_POLL_MS 50
 
 /* Queues t on stream h (NULL: the default stream). Takes t in every case:
- * on failure it is freed unrun. */
+ * on failure it is freed unrun. A stream that records (a model runtime
+ * instance being captured or built, model.c) refuses t: its kind cannot be
+ * recorded. */
 aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t);
 /* The same, writing the task's id on its stream (aclrtGetThreadLastTaskId)
  * to *id before the task can run. */
 aclError aipc__stream_submit_id(const char *call, aclrtStream h, aipc__task *t, uint32_t *id);
+
+/*
+ * Recording (model.c's capture and build). A task kind that can be
+ * recorded submits through aipc__stream_submit_recordable with its clone
+ * function: on a recording stream t is then kept as a template, never run,
+ * and each replay asks clone for a fresh task that does the same work as if
+ * the original call were made at that moment (*out NULL: nothing to do
+ * then). Kinds submitted through aipc__stream_submit are refused by a
+ * recording stream with a message naming the call.
+ */
+typedef aclError (*aipc__task_clone)(const aipc__task *t, const char *call, aipc__task **out);
+aclError aipc__stream_submit_recordable(const char *call, aclrtStream h, aipc__task *t, aipc__task_clone clone);
+/* As aipc__stream_submit_recordable, but only for a recording stream: t is
+ * a marker of the recorder's own (a label, a switch); any other stream
+ * refuses it with ACL_ERROR_RT_STREAM_MODEL. */
+aclError aipc__stream_submit_record_only(const char *call, aclrtStream h, aipc__task *t);
+
+/* The recorder a stream hands its tasks to. record is called with the
+ * stream's queue lock held (lock order: streams -> model), takes t in every
+ * case, and returns its decision (an error recorded with aipc__fail). */
+typedef struct aipc__recorder aipc__recorder;
+struct aipc__recorder {
+  aclError (*record)(aipc__recorder *r, const char *call, aipc__task *t, aipc__task_clone clone);
+  /* Called once when a stream is freed with r still set (destroyed while
+   * recording): the recorder's owner may then let go of r. Not called in a
+   * fork child, nor for a recorder swapped out. */
+  void (*release)(aipc__recorder *r);
+};
+/* Replaces stream h's recorder if it is expect (NULL: none): false, nothing
+ * changed, when it is not; an error when h is not a live stream (the
+ * default stream, NULL, never records). Once it returns, no call of the old
+ * recorder is running. */
+aclError aipc__stream_swap_recorder(const char *call, aclrtStream h, aipc__recorder *expect, aipc__recorder *rec,
+                                    bool *swapped);
+/* Whether stream h records now (a snapshot), for submitters whose submit
+ * has effects of its own to leave out when recording. */
+bool aipc__stream_recording(aclrtStream h);
 /* The device stream h was created on (NULL: the calling thread's current device). */
 aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device);
 /* Runs every registered stream state callback (aclrtRegStreamStateCallback)

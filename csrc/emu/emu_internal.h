@@ -89,6 +89,23 @@ void aipc__kernel_finalize(void);
 void aipc__kernel_atfork_prepare(void);
 void aipc__kernel_atfork_parent(void);
 void aipc__kernel_atfork_child(void);
+/* hostmem.c, allocator.c, model.c: aclFinalize (model: after the streams
+ * drained, before events and notifies, whose references its recorded tasks
+ * hold) and fork. Lock order: model.c's lock comes after the streams' (a
+ * stream records into a model under its queue lock); allocator.c's and
+ * hostmem.c's are leaves, held around nothing. */
+void aipc__hostmem_finalize(void);
+void aipc__hostmem_atfork_prepare(void);
+void aipc__hostmem_atfork_parent(void);
+void aipc__hostmem_atfork_child(void);
+void aipc__allocator_finalize(void);
+void aipc__allocator_atfork_prepare(void);
+void aipc__allocator_atfork_parent(void);
+void aipc__allocator_atfork_child(void);
+void aipc__model_finalize(void);
+void aipc__model_atfork_prepare(void);
+void aipc__model_atfork_parent(void);
+void aipc__model_atfork_child(void);
 
 /* device.c */
 void aipc__device_finalize(void);

@@ -320,6 +320,27 @@ static aclError usable(const char *call, const event *e) {
   return ACL_SUCCESS;
 }
 
+static void note_recorder(event *e) {
+  if (is_ipc(e)) { /* who to watch for: this process, until it has run */
+    atomic_store(&e->c->recorder_start, self_start());
+    atomic_store(&e->c->recorder_ns, __atomic_load_n(&g_self_ns, __ATOMIC_RELAXED));
+    atomic_store(&e->c->recorder_pid, (int32_t)getpid());
+  }
+}
+
+/* A record replayed by a model runtime instance (model.c) is a record made
+ * at that moment: it takes the next number then. */
+static aclError clone_record(const aipc__task *t, const char *call, aipc__task **out) {
+  event *e = ((const record_task *)t)->e;
+  record_task *c = malloc(sizeof *c);
+  if (!c) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+  aipc__handle_ref(&e->h);
+  note_recorder(e);
+  *c = (record_task){{NULL, run_record, free_record, drop_record}, e, atomic_fetch_add(&e->c->recorded, 1) + 1};
+  *out = &c->t;
+  return ACL_SUCCESS;
+}
+
 static aclError record(const char *call, aclrtEvent h, aclrtStream stream) {
   event *e = NULL;
   aclError rc = get(call, "event", h, &e);
@@ -338,15 +359,16 @@ static aclError record(const char *call, aclrtEvent h, aclrtStream stream) {
     rc = aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
     goto out;
   }
-  if (is_ipc(e)) { /* who to watch for: this process, until it has run */
-    atomic_store(&e->c->recorder_start, self_start());
-    atomic_store(&e->c->recorder_ns, __atomic_load_n(&g_self_ns, __ATOMIC_RELAXED));
-    atomic_store(&e->c->recorder_pid, (int32_t)getpid());
-  }
   aipc__handle_ref(&e->h);
+  if (aipc__stream_recording(stream)) { /* a template for model.c: its number is taken at each replay */
+    *r = (record_task){{NULL, run_record, free_record, drop_record}, e, 0};
+    rc = aipc__stream_submit_recordable(call, stream, &r->t, clone_record);
+    goto out;
+  }
+  note_recorder(e);
   uint64_t seq = atomic_fetch_add(&e->c->recorded, 1) + 1;
   *r = (record_task){{NULL, run_record, free_record, drop_record}, e, seq};
-  rc = aipc__stream_submit(call, stream, &r->t); /* takes r, even when it fails */
+  rc = aipc__stream_submit_recordable(call, stream, &r->t, clone_record); /* takes r, even when it fails */
   if (rc) { /* the sequence number is spent: complete it so no wait hangs on it */
     complete(e->c, seq, ACL_SUCCESS);
   }
@@ -509,6 +531,21 @@ static void free_wait(aipc__task *t) {
   free(t);
 }
 
+/* A wait replayed by a model runtime instance waits for the records queued
+ * before that moment (none: no wait). */
+static aclError clone_wait(const aipc__task *t, const char *call, aipc__task **out) {
+  const wait_task *w = (const wait_task *)t;
+  uint64_t target = atomic_load(&w->e->c->recorded);
+  *out = NULL;
+  if (target == 0 || (done(w->e->c, target) && atomic_load(&w->e->c->status) == ACL_SUCCESS)) return ACL_SUCCESS;
+  wait_task *c = malloc(sizeof *c);
+  if (!c) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+  aipc__handle_ref(&w->e->h);
+  *c = (wait_task){{NULL, run_wait, free_wait, NULL}, w->e, target, w->timeout_s};
+  *out = &c->t;
+  return ACL_SUCCESS;
+}
+
 static aclError stream_wait(const char *call, aclrtStream stream, aclrtEvent h, int32_t timeout_s) {
   event *e = NULL;
   aclError rc = get(call, "event", h, &e);
@@ -528,6 +565,17 @@ static aclError stream_wait(const char *call, aclrtStream stream, aclrtEvent h, 
                     call, (int)e->device, (int)dev);
     goto out;
   }
+  if (aipc__stream_recording(stream)) { /* a template for model.c: what to wait for is decided at each replay */
+    wait_task *w = malloc(sizeof *w);
+    if (!w) {
+      rc = aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+      goto out;
+    }
+    aipc__handle_ref(&e->h);
+    *w = (wait_task){{NULL, run_wait, free_wait, NULL}, e, 0, timeout_s};
+    rc = aipc__stream_submit_recordable(call, stream, &w->t, clone_wait);
+    goto out;
+  }
   uint64_t target = atomic_load(&e->c->recorded);
   if (target == 0) {
     if (e->api == API_LEGACY)
@@ -542,7 +590,7 @@ static aclError stream_wait(const char *call, aclrtStream stream, aclrtEvent h, 
   }
   aipc__handle_ref(&e->h);
   *w = (wait_task){{NULL, run_wait, free_wait, NULL}, e, target, timeout_s};
-  rc = aipc__stream_submit(call, stream, &w->t);
+  rc = aipc__stream_submit_recordable(call, stream, &w->t, clone_wait);
 out:
   put(e);
   return rc;

@@ -313,37 +313,49 @@ static const char mapped_text[] =
     "aclrtReleaseMemAddress";
 
 /* Why p is not something aclrtFree/aclrtFreeHost accepts. Lock held. */
-static aclError explain_unknown(const char *call, const void *p) {
+static aclError explain_unknown(aclError code, const char *call, const void *p) {
   int32_t d = arena_of(p);
   if (d >= 0)
-    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+    return aipc__fail(code,
                       "%s: %p lies in device %d memory that is not allocated (already freed?)", call, p, (int)d);
-  return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %p was not allocated by %s in this process", call, p,
+  return aipc__fail(code, "%s: %p was not allocated by %s in this process", call, p,
                     strcmp(call, AIPC_CALL_NAME(free)) == 0 ? AIPC_CALL_NAME(malloc) : AIPC_CALL_NAME(malloc_host));
 }
 
+/*
+ * CANN's aclrtFree checks only devPtr != NULL itself (ACL_ERROR_INVALID_PARAM)
+ * and hands every other pointer to the driver (rtFree -> ApiImpl::DevFree ->
+ * NpuDriver::DevMemFree -> halMemFree, src/runtime/driver/npu_driver_mem.cc).
+ * A pointer the driver holds no allocation for (src/cmodel_driver/driver_mem.c,
+ * drvFreeDeviceHBM: "memory block is not found") is DRV_ERROR_INVALID_HANDLE,
+ * which errcode_manage.cc turns into ACL_ERROR_RT_INVALID_HANDLE (107017). So
+ * every refusal below but the strict-mode one answers that code: an imported
+ * pointer before or after aclrtIpcMemClose, host memory, an interior pointer, a
+ * double free, a pointer never allocated.
+ */
 aclError aipc__emu_free(void *devPtr) {
   const char *call = AIPC_CALL_NAME(free);
+  const aclError bad = ACL_ERROR_RT_INVALID_HANDLE;
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
   aclError rc = ACL_SUCCESS;
   aipc__mem_wrlock();
   aipc__block *b = find_block(devPtr);
   if (!b) {
-    rc = explain_unknown(call, devPtr);
+    rc = explain_unknown(bad, call, devPtr);
   } else if (b->kind == AIPC_MEM_HOST) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+    rc = aipc__fail(bad,
                     "%s: %p is host memory from aclrtMallocHost; release it with aclrtFreeHost", call, devPtr);
   } else if (b->kind == AIPC_MEM_IMPORT) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+    rc = aipc__fail(bad,
                     "%s: %p is IPC-imported memory; imported memory is released with aclrtIpcMemClose", call, devPtr);
   } else if (b->kind == AIPC_MEM_SYNC || b->kind == AIPC_MEM_SYNC_IMPORT) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %p is %s", call, devPtr, sync_text);
+    rc = aipc__fail(bad, "%s: %p is %s", call, devPtr, sync_text);
   } else if (b->kind == AIPC_MEM_MAPPED) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %p is %s", call, devPtr, mapped_text);
+    rc = aipc__fail(bad, "%s: %p is %s", call, devPtr, mapped_text);
   } else if (b->user_freed) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %p was already freed (double free)", call, devPtr);
+    rc = aipc__fail(bad, "%s: %p was already freed (double free)", call, devPtr);
   } else if (b->base != (uintptr_t)devPtr) {
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+    rc = aipc__fail(bad,
                     "%s: %p points %zu bytes into the allocation at %p; pass the address aclrtMalloc returned", call,
                     devPtr, (size_t)((uintptr_t)devPtr - b->base), (void *)b->base);
   } else if (b->pins > 0) {
@@ -635,7 +647,7 @@ aclError aipc__emu_free_host(void *hostPtr) {
   aipc__mem_wrlock();
   aipc__block *b = find_block(hostPtr);
   if (!b) {
-    rc = explain_unknown(call, hostPtr);
+    rc = explain_unknown(ACL_ERROR_INVALID_PARAM, call, hostPtr);
   } else if (b->kind == AIPC_MEM_SYNC || b->kind == AIPC_MEM_SYNC_IMPORT) {
     rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %p is %s", call, hostPtr, sync_text);
   } else if (b->kind == AIPC_MEM_MAPPED) {
@@ -676,6 +688,7 @@ typedef struct operand {
   bool device;   /* device memory (local or imported) */
   bool imported; /* an IPC mapping */
   int32_t dev;   /* device it belongs to, when device */
+  bool acl_host; /* host memory of the runtime's (aclrtMallocHost), not memory it never saw */
 } operand;
 
 /* Finds what [p, p+count) is. The range must lie inside one block; a range
@@ -703,7 +716,7 @@ static aclError classify(const char *call, const char *role, const void *p, size
     if (n && n->key < a + count)
       return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s range [%p, +%zu) runs into the reservation at %p", call, role,
                         p, count, (void *)n->key);
-    *o = (operand){false, false, -1};
+    *o = (operand){false, false, -1, false};
     return ACL_SUCCESS;
   }
   if (b->kind == AIPC_MEM_SYNC || b->kind == AIPC_MEM_SYNC_IMPORT)
@@ -736,9 +749,9 @@ static aclError classify(const char *call, const char *role, const void *p, size
                       (void *)b->base, (size_t)(last->base + last->size - b->base),
                       (size_t)(a + count - (last->base + last->size)));
   if (b->kind == AIPC_MEM_HOST)
-    *o = (operand){false, false, -1};
+    *o = (operand){false, false, -1, true};
   else
-    *o = (operand){true, b->kind == AIPC_MEM_IMPORT, b->device};
+    *o = (operand){true, b->kind == AIPC_MEM_IMPORT, b->device, false};
   return ACL_SUCCESS;
 }
 
@@ -853,12 +866,17 @@ aclError aipc__mem_copy(const char *call, void *dst, size_t destMax, const void 
 }
 
 /* Lock held (shared or exclusive). */
+/* CANN documents aclrtMemset(Async) for host and device memory alike, told
+ * apart by the address; host memory must come from the runtime
+ * (aclrtMallocHost): any other is undefined behaviour there, refused here. */
 static aclError memset_check(const char *call, void *devPtr, size_t count) {
-  operand o = {false, false, -1};
+  operand o = {false, false, -1, false};
   aclError rc = classify(call, "devPtr", devPtr, count, &o);
-  if (rc == ACL_SUCCESS && !o.device)
-    rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr %p is host memory, not device memory%s", call, devPtr,
-                    strcmp(call, "aclrtMemset") == 0 ? " or host memory of aclrtMallocHost" : "");
+  if (rc == ACL_SUCCESS && !o.device && !o.acl_host)
+    rc = aipc__fail(ACL_ERROR_INVALID_PARAM,
+                    "%s: devPtr %p is host memory the runtime did not allocate; CANN sets device memory or host "
+                    "memory from aclrtMallocHost (any other host memory is undefined behaviour there)",
+                    call, devPtr);
   return rc;
 }
 
@@ -890,20 +908,11 @@ aclError aipc__mem_run_on_device(const char *call, void *a, size_t na, const voi
 
 aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
   const char *call = AIPC_CALL_NAME(memset);
+  if (count == 0) return ACL_SUCCESS; /* CANN's acl layer: before any other check */
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
   if (count > maxCount)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than maxCount %zu", call, count, maxCount);
-  if (count == 0) return aipc__mem_memset(call, devPtr, 0, 0);
-  /* CANN: the synchronous memset also sets host memory, if the runtime
-   * allocated it (aclrtMallocHost); other host memory is refused. */
-  aipc__mem_rdlock();
-  const aipc__block *b = find_block(devPtr);
-  bool host = b && b->kind == AIPC_MEM_HOST;
-  aclError rc = host ? classify(call, "devPtr", devPtr, count, &(operand){false, false, -1})
-                     : memset_check(call, devPtr, count);
-  if (rc == ACL_SUCCESS) memset(devPtr, value & 0xff, count);
-  aipc__mem_unlock();
-  return rc;
+  return aipc__mem_memset(call, devPtr, (int)(value & 0xff), count);
 }
 
 /* ---- teardown and fork -------------------------------------------------- */

@@ -9,6 +9,7 @@
  *
  *   runtime.c                       this file: lifecycle and the provider table
  *   callback.c  kernel.c            host work and kernels queued on streams
+ *   model.c  allocator.c  hostmem.c labels and model runtime instances, allocators, host memory
  *   event.c  notify.c  vmm.c        events, notifies, physical memory (shared through ipc/)
  *   ipc/                            keys, exporter, importer, the wire
  *   context_ops.c                   context and device calls that reach the streams
@@ -21,7 +22,11 @@
  * Lock order, outermost first, the same as the call order above:
  *   (stream state callbacks: a leaf, held across nothing) callback, kernel (never held while
  *   calling others) -> event -> notify -> vmm -> IPC layer (a connection's, then the importer's;
- *   or the exporter's) -> streams -> contexts -> memory
+ *   or the exporter's) -> streams -> contexts -> model -> memory
+ * (model.c's lock sits below the streams': a stream hands a task to the
+ * model recording from it under its queue lock, and model.c never holds its
+ * lock while calling a stream; contexts and models are never held together;
+ * allocator.c's and hostmem.c's locks are leaves.)
  * A module may hold its lock while calling a module to its right, never the
  * other way round; fork's prepare takes them in this order, the parent's and
  * child's hooks undo them in reverse.
@@ -41,11 +46,17 @@ static void atfork_prepare(void) {
   aipc__ipc_atfork_prepare();
   aipc__stream_atfork_prepare();
   aipc__ctx_atfork_prepare();
+  aipc__model_atfork_prepare();
+  aipc__allocator_atfork_prepare();
+  aipc__hostmem_atfork_prepare();
   aipc__mem_atfork_prepare();
 }
 
 static void atfork_parent(void) {
   aipc__mem_atfork_parent();
+  aipc__hostmem_atfork_parent();
+  aipc__allocator_atfork_parent();
+  aipc__model_atfork_parent();
   aipc__ctx_atfork_parent();
   aipc__stream_atfork_parent();
   aipc__ipc_atfork_parent();
@@ -63,8 +74,11 @@ static void atfork_child(void) {
   aipc__callback_atfork_child();
   aipc__kernel_atfork_child();
   aipc__mem_atfork_child();
+  aipc__hostmem_atfork_child();
+  aipc__allocator_atfork_child();
   aipc__stream_atfork_child();
   aipc__ctx_atfork_child();
+  aipc__model_atfork_child();
   aipc__ipc_atfork_child();
   aipc__vmm_atfork_child();
   aipc__event_atfork_child();
@@ -119,6 +133,9 @@ aclError aipc__emu_finalize(void) {
   aipc__stream_finalize();
   aipc__stream_state_finalize();
   aipc__kernel_finalize();
+  aipc__model_finalize();
+  aipc__allocator_finalize();
+  aipc__hostmem_finalize();
   aipc__event_finalize();
   aipc__notify_finalize();
   aipc__vmm_finalize();

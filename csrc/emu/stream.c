@@ -73,6 +73,7 @@ typedef struct stream {
   aipc__task *current;  /* that task: a forked child frees its record */
   int interrupt;        /* why cancel is set: INT_FORCE (for good), INT_ABORT, INT_STOP (that task only) */
   uint64_t aborts;      /* aclrtStreamAbort calls so far: a synchronize spanning one fails */
+  aipc__recorder *rec; /* under mu: a model capturing or building from this stream takes its tasks */
 } stream;
 
 enum { INT_NONE, INT_FORCE, INT_ABORT, INT_STOP };
@@ -140,6 +141,7 @@ static void forget_tasks(stream *s) {
 
 static void put(stream *s) {
   if (!aipc__handle_unref(&s->h)) return;
+  if (s->rec && s->rec->release) s->rec->release(s->rec); /* destroyed while a model recorded from it */
   free_tasks(s, ACL_ERROR_RT_STREAM_ABORT);
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->idle);
@@ -308,11 +310,12 @@ static aclError get(const char *call, aclrtStream h, stream **out) {
   return ACL_SUCCESS;
 }
 
-aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
-  return aipc__stream_submit_id(call, h, t, NULL);
-}
+/* mode: SUBMIT_PLAIN (a kind that cannot be recorded), SUBMIT_RECORDABLE
+ * (clone given) or SUBMIT_RECORD_ONLY (a recorder's own marker). */
+enum { SUBMIT_PLAIN, SUBMIT_RECORDABLE, SUBMIT_RECORD_ONLY };
 
-aclError aipc__stream_submit_id(const char *call, aclrtStream h, aipc__task *t, uint32_t *id) {
+static aclError submit(const char *call, aclrtStream h, aipc__task *t, int mode, aipc__task_clone clone,
+                       uint32_t *id) {
   stream *s = NULL;
   aclError rc = get(call, h, &s);
   if (rc) {
@@ -320,25 +323,39 @@ aclError aipc__stream_submit_id(const char *call, aclrtStream h, aipc__task *t, 
     return rc;
   }
   t->next = NULL;
-  if (s->flags & HOST_REFUSED_FLAGS) {
-    uint32_t f = s->flags;
-    t->free(t);
-    put(s);
-    if (f & ACL_STREAM_PERSISTENT)
-      return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                        "%s: stream %p was created with ACL_STREAM_PERSISTENT, whose tasks run only in a model "
-                        "(aclmdlRIBindStream); the emulator does not capture streams into models",
-                        call, h);
-    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
-                      "%s: stream %p was created with ACL_STREAM_%s: only the device queues work on it", call, h,
-                      (f & ACL_STREAM_DEVICE_USE_ONLY) ? "DEVICE_USE_ONLY" : "CPU_SCHEDULE");
-  }
   pthread_mutex_lock(&s->mu);
   if (s->stop) {
     pthread_mutex_unlock(&s->mu);
     t->free(t);
     put(s);
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream %p is being destroyed", call, h);
+  }
+  if (s->rec || mode == SUBMIT_RECORD_ONLY) { /* recorded, not run (model.c decides) */
+    if (s->rec)
+      rc = s->rec->record(s->rec, call, t, mode == SUBMIT_PLAIN ? NULL : clone);
+    else {
+      t->free(t);
+      rc = aipc__fail(ACL_ERROR_RT_STREAM_MODEL,
+                      "%s: stream %p is not bound to a model runtime instance being built (aclmdlRIBindStream)", call,
+                      h);
+    }
+    pthread_mutex_unlock(&s->mu);
+    put(s);
+    return rc;
+  }
+  if (s->flags & HOST_REFUSED_FLAGS) {
+    uint32_t f = s->flags;
+    pthread_mutex_unlock(&s->mu);
+    t->free(t);
+    put(s);
+    if (f & ACL_STREAM_PERSISTENT)
+      return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                        "%s: stream %p was created with ACL_STREAM_PERSISTENT, whose tasks run only in a model: bind "
+                        "it to one being built (aclmdlRIBindStream) first",
+                        call, h);
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                      "%s: stream %p was created with ACL_STREAM_%s: only the device queues work on it", call, h,
+                      (f & ACL_STREAM_DEVICE_USE_ONLY) ? "DEVICE_USE_ONLY" : "CPU_SCHEDULE");
   }
   if (s->halted) { /* CANN: a stream stopped on failure takes no new work */
     aclError err = s->err;
@@ -366,6 +383,48 @@ aclError aipc__stream_submit_id(const char *call, aclrtStream h, aipc__task *t, 
   pthread_mutex_unlock(&s->mu);
   put(s);
   return ACL_SUCCESS;
+}
+
+aclError aipc__stream_submit_id(const char *call, aclrtStream h, aipc__task *t, uint32_t *id) {
+  return submit(call, h, t, SUBMIT_PLAIN, NULL, id);
+}
+
+aclError aipc__stream_submit(const char *call, aclrtStream h, aipc__task *t) {
+  return submit(call, h, t, SUBMIT_PLAIN, NULL, NULL);
+}
+
+aclError aipc__stream_submit_recordable(const char *call, aclrtStream h, aipc__task *t, aipc__task_clone clone) {
+  return submit(call, h, t, SUBMIT_RECORDABLE, clone, NULL);
+}
+
+aclError aipc__stream_submit_record_only(const char *call, aclrtStream h, aipc__task *t) {
+  return submit(call, h, t, SUBMIT_RECORD_ONLY, NULL, NULL);
+}
+
+aclError aipc__stream_swap_recorder(const char *call, aclrtStream h, aipc__recorder *expect, aipc__recorder *rec,
+                                    bool *swapped) {
+  if (!h) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL (the default stream)", call);
+  stream *s = NULL;
+  aclError rc = get(call, h, &s);
+  if (rc) return rc;
+  pthread_mutex_lock(&s->mu);
+  *swapped = s->rec == expect;
+  if (*swapped) s->rec = rec;
+  pthread_mutex_unlock(&s->mu);
+  put(s);
+  return ACL_SUCCESS;
+}
+
+bool aipc__stream_recording(aclrtStream h) {
+  if (!h) return false;
+  aipc__handle *o;
+  if (aipc__handles_get(&g_streams, "", "stream", h, &o) != ACL_SUCCESS) return false;
+  stream *s = (stream *)o;
+  pthread_mutex_lock(&s->mu);
+  bool r = s->rec != NULL;
+  pthread_mutex_unlock(&s->mu);
+  put(s);
+  return r;
 }
 
 aclError aipc__stream_device(const char *call, aclrtStream h, int32_t *device) {
@@ -717,6 +776,21 @@ typedef struct copy_task {
 
 static void free_plain(aipc__task *t) { free(t); }
 
+/* Copies and memsets replay as they were queued: the same bytes, checked
+ * again when they run. */
+static aclError clone_plain(const aipc__task *t, size_t size, const char *call, aipc__task **out) {
+  aipc__task *c = malloc(size);
+  if (!c) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
+  memcpy(c, t, size);
+  c->next = NULL;
+  *out = c;
+  return ACL_SUCCESS;
+}
+
+static aclError clone_copy(const aipc__task *t, const char *call, aipc__task **out) {
+  return clone_plain(t, sizeof(copy_task), call, out);
+}
+
 static aclError run_copy(aipc__task *t, aclError failed, const atomic_bool *cancel) {
   (void)cancel;
   (void)failed; /* runs after a failure too: see the top of this file */
@@ -743,7 +817,7 @@ aclError aipc__emu_memcpy_async(void *dst, size_t destMax, const void *src, size
   copy_task *c = malloc(sizeof *c);
   if (!c) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
   *c = (copy_task){{NULL, run_copy, free_plain, NULL}, dst, src, destMax, count, kind, cur};
-  return aipc__stream_submit(call, h, &c->t);
+  return aipc__stream_submit_recordable(call, h, &c->t, clone_copy);
 }
 
 typedef struct memset_task {
@@ -752,6 +826,10 @@ typedef struct memset_task {
   size_t count;
   int value;
 } memset_task;
+
+static aclError clone_memset(const aipc__task *t, const char *call, aipc__task **out) {
+  return clone_plain(t, sizeof(memset_task), call, out);
+}
 
 static aclError run_memset(aipc__task *t, aclError failed, const atomic_bool *cancel) {
   (void)cancel;
@@ -762,6 +840,7 @@ static aclError run_memset(aipc__task *t, aclError failed, const atomic_bool *ca
 
 aclError aipc__emu_memset_async(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream h) {
   const char *call = AIPC_CALL_NAME(memset_async);
+  if (count == 0) return ACL_SUCCESS; /* CANN's acl layer: before any other check, the stream's too */
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
   if (count > maxCount)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than maxCount %zu", call, count, maxCount);
@@ -773,7 +852,7 @@ aclError aipc__emu_memset_async(void *devPtr, size_t maxCount, int32_t value, si
   memset_task *m = malloc(sizeof *m);
   if (!m) return aipc__fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", call);
   *m = (memset_task){{NULL, run_memset, free_plain, NULL}, devPtr, count, (int)(value & 0xff)};
-  return aipc__stream_submit(call, h, &m->t);
+  return aipc__stream_submit_recordable(call, h, &m->t, clone_memset);
 }
 
 /* ---- teardown and fork ------------------------------------------------ */

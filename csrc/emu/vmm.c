@@ -56,6 +56,7 @@ typedef struct phys {
   uint32_t handles;  /* the caller's references: MallocPhysical/Import 1, Retain +1, FreePhysical -1 */
   uint32_t maps;     /* live mappings; the record lives while either count is non-zero */
   uint64_t share;    /* its shareable handle, 0 if none */
+  uint64_t from;     /* imported: the shareable handle it came from (a key of g.imports while handles > 0) */
 } phys;
 
 typedef enum { ORIGIN_NONE, ORIGIN_LOCAL, ORIGIN_IMPORTED } origin;
@@ -83,7 +84,15 @@ static struct {
   uint64_t next_id;
   aipc__hmap maps;    /* {base, 0} -> mapping */
   aipc__omap resvs;
-} g = {.mu = PTHREAD_MUTEX_INITIALIZER, .handles = AIPC__HMAP_INIT, .maps = AIPC__HMAP_INIT, .resvs = AIPC__OMAP_INIT};
+  /* {shareable handle, 0} -> the live imported record: CANN keeps handle and
+   * shareable handle one to one within a process, so a second import of a
+   * shareable handle whose first import is still held is refused. */
+  aipc__hmap imports;
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER,
+       .handles = AIPC__HMAP_INIT,
+       .maps = AIPC__HMAP_INIT,
+       .resvs = AIPC__OMAP_INIT,
+       .imports = AIPC__HMAP_INIT};
 
 static aipc__hkey hk(const void *p) { return (aipc__hkey){(uint64_t)(uintptr_t)p, 0}; }
 static aclrtDrvMemHandle handle_of(const phys *ph) { return (aclrtDrvMemHandle)(uintptr_t)ph->id; }
@@ -242,6 +251,7 @@ aclError aipc__emu_free_physical(aclrtDrvMemHandle handle) {
   phys *ph = NULL;
   aclError rc = find_handle(call, handle, &ph);
   if (rc == ACL_SUCCESS && --ph->handles == 0) {
+    if (ph->imported) aipc__hmap_remove(&g.imports, hk((void *)(uintptr_t)ph->from)); /* may be imported again */
     phys_unshare(ph);     /* the exporter's last handle: no import after this */
     phys_maybe_destroy(ph); /* else the last unmap frees it */
   }
@@ -666,11 +676,27 @@ aclError aipc__emu_mem_set_pid_to_shareable_handle_v2(void *shareableHandle, acl
   return set_pid_common(call, h, pid, pidNum);
 }
 
+/* CANN: within one process a shareable handle and its imported handle are
+ * one to one (docs of aclrtMemImportFromShareableHandle); the repeated
+ * export the same page documents is refused with ACL_ERROR_RT_PARAM_INVALID,
+ * and so is this. g.mu held. */
+static aclError already_imported(const char *call, uint64_t shareable) {
+  phys *ph = aipc__hmap_get(&g.imports, hk((void *)(uintptr_t)shareable));
+  if (!ph) return ACL_SUCCESS;
+  return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                    "%s: shareable handle 0x%016llx is already imported in this process (handle %p); a shareable "
+                    "handle and its imported handle are one to one within a process: use that handle, or "
+                    "aclrtFreePhysical it before importing again",
+                    call, (unsigned long long)shareable, handle_of(ph));
+}
+
 static aclError import_common(const char *call, uint64_t shareable, int32_t device, aclrtDrvMemHandle *handle) {
   int fd = -1;
   uint64_t size = 0;
   int32_t exporter_device;
-  /* The round trip runs without g.mu: the exporter may take its time. */
+  /* The round trip runs without g.mu: the exporter may take its time. Its
+   * answer comes first (an exporter gone, a process not whitelisted), then
+   * the one-to-one rule below. */
   aclError rc = aipc__ipc_open_physical(call, shareable, &fd, &size, &exporter_device);
   if (rc != ACL_SUCCESS) return rc;
   (void)exporter_device; /* CANN opens peer access to it by itself */
@@ -680,7 +706,21 @@ static aclError import_common(const char *call, uint64_t shareable, int32_t devi
                       call, size);
   }
   pthread_mutex_lock(&g.mu);
-  rc = phys_add(call, fd, size, SMALL_GRANULARITY, device, true, handle);
+  /* Under g.mu: of two threads importing one handle at once, one wins. */
+  rc = already_imported(call, shareable);
+  if (rc != ACL_SUCCESS)
+    close(fd);
+  else
+    rc = phys_add(call, fd, size, SMALL_GRANULARITY, device, true, handle);
+  if (rc == ACL_SUCCESS) {
+    phys *ph = aipc__hmap_get(&g.handles, hk(*handle));
+    ph->from = shareable;
+    if (aipc__hmap_put(&g.imports, hk((void *)(uintptr_t)shareable), ph) != 0) {
+      ph->handles = 0;
+      phys_maybe_destroy(ph);
+      rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory for bookkeeping", call);
+    }
+  }
   pthread_mutex_unlock(&g.mu);
   return rc;
 }
@@ -741,6 +781,7 @@ static void clear_all(bool unmap) {
     free(ph);
   }
   aipc__hmap_clear(&g.handles);
+  aipc__hmap_clear(&g.imports);
   aipc__omap_drain(&g.resvs, drop_resv, unmap ? (void *)1 : NULL); /* the mappings go with their reservations */
 }
 

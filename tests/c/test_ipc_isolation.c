@@ -276,10 +276,10 @@ static int free_imported_child(chan *c, void *arg) {
   from_parent(c, key, KEYLEN);
   void *p = NULL;
   CHECK_OK(aclrtIpcMemImportByKey(&p, key, 0));
-  CHECK_MSG(aclrtFree(p), ACL_ERROR_INVALID_PARAM, "released with aclrtIpcMemClose");
+  CHECK_MSG(aclrtFree(p), ACL_ERROR_RT_INVALID_HANDLE, "released with aclrtIpcMemClose");
   CHECK(check_pattern(p, 64 * KiB, 46u)); /* nothing changed */
   CHECK_OK(aclrtIpcMemClose(key));
-  CHECK_MSG(aclrtFree(p), ACL_ERROR_INVALID_PARAM, "not allocated");
+  CHECK_MSG(aclrtFree(p), ACL_ERROR_RT_INVALID_HANDLE, "not allocated"); /* CANN sample proc_b */
   CHECK_OK(aclFinalize());
   return 0;
 }

@@ -329,18 +329,18 @@ TEST(free_bad_args) {
   int on_stack = 0;
   void *heap = malloc(64);
   CHECK_MSG(aclrtFree(NULL), ACL_ERROR_INVALID_PARAM, "NULL");
-  CHECK_MSG(aclrtFree((char *)p + 4096), ACL_ERROR_INVALID_PARAM, "into the allocation");
-  CHECK_MSG(aclrtFree((char *)p + 1), ACL_ERROR_INVALID_PARAM, "into the allocation");
-  CHECK_MSG(aclrtFree(h), ACL_ERROR_INVALID_PARAM, "aclrtFreeHost");
-  CHECK_MSG(aclrtFree(&on_stack), ACL_ERROR_INVALID_PARAM, "not allocated by aclrtMalloc");
-  CHECK_ACL(aclrtFree(heap), ACL_ERROR_INVALID_PARAM);
+  CHECK_MSG(aclrtFree((char *)p + 4096), ACL_ERROR_RT_INVALID_HANDLE, "into the allocation");
+  CHECK_MSG(aclrtFree((char *)p + 1), ACL_ERROR_RT_INVALID_HANDLE, "into the allocation");
+  CHECK_MSG(aclrtFree(h), ACL_ERROR_RT_INVALID_HANDLE, "aclrtFreeHost");
+  CHECK_MSG(aclrtFree(&on_stack), ACL_ERROR_RT_INVALID_HANDLE, "not allocated by aclrtMalloc");
+  CHECK_ACL(aclrtFree(heap), ACL_ERROR_RT_INVALID_HANDLE); /* the driver knows no such block (CANN) */
   CHECK_MSG(aclrtFreeHost(p), ACL_ERROR_INVALID_PARAM, "aclrtFree");
   CHECK_ACL(aclrtFreeHost(NULL), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtFreeHost((char *)h + 8), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtFreeHost(heap), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtFreeHost(&on_stack), ACL_ERROR_INVALID_PARAM);
   CHECK_OK(aclrtFree(p));
-  CHECK_MSG(aclrtFree(p), ACL_ERROR_INVALID_PARAM, "already freed");
+  CHECK_MSG(aclrtFree(p), ACL_ERROR_RT_INVALID_HANDLE, "already freed");
   CHECK_OK(aclrtFreeHost(h));
   CHECK_ACL(aclrtFreeHost(h), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtMallocHost(NULL, 10), ACL_ERROR_INVALID_PARAM);
@@ -650,8 +650,11 @@ TEST(memset_rules) {
   CHECK_OK(aclrtMallocHost(&ph, 64));
   CHECK_MSG(aclrtMemset(NULL, 1, 0, 1), ACL_ERROR_INVALID_PARAM, "NULL");
   CHECK_MSG(aclrtMemset(d, 10, 0, 11), ACL_ERROR_INVALID_PARAM, "maxCount");
-  CHECK_MSG(aclrtMemset(h, sizeof h, 0, sizeof h), ACL_ERROR_INVALID_PARAM, "host memory");
-  CHECK_OK(aclrtMemset(ph, 64, 0, 64)); /* CANN: host memory of aclrtMallocHost too */
+  CHECK_MSG(aclrtMemset(h, sizeof h, 0, sizeof h), ACL_ERROR_INVALID_PARAM, "did not allocate");
+  /* CANN: host memory from aclrtMallocHost is set too, told apart by its address */
+  CHECK_OK(aclrtMemset(ph, 64, 0x5a, 64));
+  CHECK(((unsigned char *)ph)[0] == 0x5a && ((unsigned char *)ph)[63] == 0x5a);
+  CHECK_MSG(aclrtMemset(ph, 8192, 0, 4097), ACL_ERROR_INVALID_PARAM, "overruns"); /* its page */
   CHECK_MSG(aclrtMemset(d, N + 1, 0, N + 1), ACL_ERROR_INVALID_PARAM, "overruns");
   CHECK_ACL(aclrtMemset((char *)d + N - 1, 2, 0, 2), ACL_ERROR_INVALID_PARAM);
   CHECK(((unsigned char *)d)[N - 1] == 0x7f);
@@ -1015,7 +1018,7 @@ typedef struct {
 static int fork_child(void *p) {
   fork_arg *a = p;
   /* The parent's block is not ours to free, and its stream is gone. */
-  CHECK_ACL(aclrtFree(a->parent_block), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aclrtFree(a->parent_block), ACL_ERROR_RT_INVALID_HANDLE);
   CHECK_ACL(aclrtSynchronizeStream(a->parent_stream), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtDestroyStream(a->parent_stream), ACL_ERROR_INVALID_PARAM);
   CHECK_EQ(mem_used(), 0); /* the child starts with no memory in use */
@@ -1128,7 +1131,7 @@ TEST(finalize_then_reuse) {
   int32_t dev = -1;
   CHECK_OK(aclrtGetDevice(&dev));
   CHECK_EQ(dev, 0);
-  CHECK_ACL(aclrtFree(d), ACL_ERROR_INVALID_PARAM);
+  CHECK_ACL(aclrtFree(d), ACL_ERROR_RT_INVALID_HANDLE);
   CHECK_ACL(aclrtFreeHost(h), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtSynchronizeStream(s), ACL_ERROR_INVALID_PARAM);
   CHECK_OK(aclrtSetDevice(3));

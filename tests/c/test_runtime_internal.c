@@ -233,7 +233,7 @@ TEST(pinned_free_defers_release) {
   CHECK_EQ(aipc__mem_used(0), 3 * 4096); /* still counted */
   /* Gone for the user. */
   char h[16];
-  CHECK_MSG(aipc__emu_free(p), ACL_ERROR_INVALID_PARAM, "already freed");
+  CHECK_MSG(aipc__emu_free(p), ACL_ERROR_RT_INVALID_HANDLE, "already freed");
   CHECK_MSG(aipc__emu_memcpy(h, 16, p, 16, ACL_MEMCPY_DEVICE_TO_HOST), ACL_ERROR_INVALID_PARAM, "released");
   CHECK_ACL(aipc__emu_memcpy(p, 16, h, 16, ACL_MEMCPY_HOST_TO_DEVICE), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aipc__emu_memset(p, 16, 0, 16), ACL_ERROR_INVALID_PARAM);
@@ -244,7 +244,7 @@ TEST(pinned_free_defers_release) {
   aipc__mem_unpin(b); /* the last one releases it */
   CHECK(block_at(p).kind == 0);
   CHECK_EQ(aipc__mem_used(0), 0);
-  CHECK_MSG(aipc__emu_free(p), ACL_ERROR_INVALID_PARAM, "not allocated");
+  CHECK_MSG(aipc__emu_free(p), ACL_ERROR_RT_INVALID_HANDLE, "not allocated");
   /* The range is reusable and zeroed (its pages were punched out). */
   void *q = dev_alloc(3 * 4096);
   CHECK(q == p);
@@ -340,8 +340,8 @@ TEST(import_blocks_are_not_freeable) {
   void *src = dev_alloc(2 * 4096);
   aipc__block *ib;
   void *imp = fake_import(src, 2 * 4096, 1, &ib);
-  CHECK_MSG(aipc__emu_free(imp), ACL_ERROR_INVALID_PARAM, "released with aclrtIpcMemClose");
-  CHECK_MSG(aipc__emu_free((char *)imp + 4096), ACL_ERROR_INVALID_PARAM, "aclrtIpcMemClose");
+  CHECK_MSG(aipc__emu_free(imp), ACL_ERROR_RT_INVALID_HANDLE, "released with aclrtIpcMemClose");
+  CHECK_MSG(aipc__emu_free((char *)imp + 4096), ACL_ERROR_RT_INVALID_HANDLE, "aclrtIpcMemClose");
   CHECK_MSG(aipc__emu_free_host(imp), ACL_ERROR_INVALID_PARAM, "aclrtIpcMemClose");
   /* Overlapping registrations are refused, as are empty ones. */
   CHECK(aipc__mem_add_import(imp, 4096, 1, AIPC_MEM_IMPORT, NULL) == NULL);

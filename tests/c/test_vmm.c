@@ -165,7 +165,7 @@ TEST(two_allocations_side_by_side) {
   CHECK_MSG(aclrtMapMem(v + 2 * GRAN, GRAN, 0, other, 0), ACL_ERROR_RT_PARAM_INVALID, "device 1");
   CHECK_OK(aclrtFreePhysical(other));
   /* mapped memory is not aclrtMalloc memory */
-  CHECK_MSG(aclrtFree(v), ACL_ERROR_INVALID_PARAM, "aclrtUnmapMem");
+  CHECK_MSG(aclrtFree(v), ACL_ERROR_RT_INVALID_HANDLE, "aclrtUnmapMem");
   char key[KEYLEN];
   CHECK_MSG(aclrtIpcMemGetExportKey(v, GRAN, key, KEYLEN, 0), ACL_ERROR_INVALID_PARAM, "aclrtMemExportToShareableHandle");
   /* release needs every mapping gone; unmap needs a mapping's start */
@@ -681,9 +681,11 @@ static int hostile_importer(chan *c, void *arg) {
   }
   CHECK(nflood > 64);
   aclrtDrvMemHandle again;
+  /* one imported handle per shareable handle in a process (CANN) */
+  CHECK_MSG(aclrtMemImportFromShareableHandle(h, 0, &again), ACL_ERROR_RT_PARAM_INVALID, "already imported");
+  CHECK_OK(aclrtFreePhysical(mine));
   CHECK_OK(aclrtMemImportFromShareableHandle(h, 0, &again)); /* its own connection still works */
   CHECK_OK(aclrtFreePhysical(again));
-  CHECK_OK(aclrtFreePhysical(mine));
   for (int i = 0; i < nflood; i++) close(flood[i]);
   if (geteuid() == 0) { /* as another user: refused, whatever the whitelist says */
     CHECK_OK(aclFinalize());
@@ -714,6 +716,88 @@ TEST(a_hostile_importer_reaches_only_its_grant) {
   CHECK_EQ(th_wait(pid), 0);
   chan_close(&c);
   CHECK(check_pattern(v, GRAN, 5)); /* whole, and no SIGBUS here */
+  CHECK_OK(aclrtUnmapMem(v));
+  CHECK_OK(aclrtReleaseMemAddress(v));
+  CHECK_OK(aclrtFreePhysical(ph));
+  CHECK_OK(aclFinalize());
+}
+
+/* ---- one imported handle per shareable handle (CANN: one to one in a process) ---- */
+
+typedef struct import_race {
+  uint64_t h;
+  aclrtDrvMemHandle got;
+  aclError rc;
+} import_race;
+
+static void *race_import(void *p) {
+  import_race *r = p;
+  r->rc = aclrtMemImportFromShareableHandle(r->h, 0, &r->got);
+  return NULL;
+}
+
+static int twice_importer(chan *c, void *arg) {
+  (void)arg;
+  uint64_t h;
+  from_parent(c, &h, sizeof h);
+  enum { T = 6 };
+  pthread_t th[T];
+  import_race r[T];
+  for (int i = 0; i < T; i++) {
+    r[i] = (import_race){h, NULL, -1};
+    CHECK(pthread_create(&th[i], NULL, race_import, &r[i]) == 0);
+  }
+  int won = -1;
+  for (int i = 0; i < T; i++) {
+    CHECK(pthread_join(th[i], NULL) == 0);
+    if (r[i].rc == ACL_SUCCESS) {
+      CHECK(won < 0); /* exactly one import wins */
+      won = i;
+    } else {
+      CHECK_EQ(r[i].rc, ACL_ERROR_RT_PARAM_INVALID);
+    }
+  }
+  CHECK(won >= 0);
+  aclrtDrvMemHandle again = NULL;
+  CHECK_MSG(aclrtMemImportFromShareableHandle(h, 0, &again), ACL_ERROR_RT_PARAM_INVALID, "one to one");
+  CHECK_MSG(aclrtMemImportFromShareableHandleV2(&h, ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, 0, &again),
+            ACL_ERROR_RT_PARAM_INVALID, "already imported");
+  CHECK(again == NULL);
+  /* a retain is the same handle, not a second import */
+  unsigned char *v = reserve(GRAN);
+  CHECK_OK(aclrtMapMem(v, GRAN, 0, r[won].got, 0));
+  CHECK(check_pattern(v, GRAN, 77));
+  CHECK_OK(aclrtFreePhysical(r[won].got));
+  /* the first handle freed (its mapping may stay): the shareable handle imports again */
+  CHECK_OK(aclrtMemImportFromShareableHandle(h, 0, &again));
+  CHECK_OK(aclrtFreePhysical(again));
+  CHECK_OK(aclrtUnmapMem(v));
+  CHECK_OK(aclrtReleaseMemAddress(v));
+  /* held at aclFinalize: aclFinalize ends it, so it imports again after */
+  CHECK_OK(aclrtMemImportFromShareableHandle(h, 0, &again));
+  send_int(c->up[1], 1);
+  CHECK_OK(aclFinalize());
+  CHECK_OK(aclrtMemImportFromShareableHandle(h, 0, &again));
+  CHECK_OK(aclrtFreePhysical(again));
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+TEST(one_imported_handle_per_shareable_handle_in_a_process) {
+  aclrtDrvMemHandle ph = phys_new(GRAN);
+  unsigned char *v = reserve(GRAN);
+  CHECK_OK(aclrtMapMem(v, GRAN, 0, ph, 0));
+  fill_pattern(v, GRAN, 77);
+  uint64_t h;
+  CHECK_OK(aclrtMemExportToShareableHandle(ph, ACL_MEM_HANDLE_TYPE_NONE,
+                                           ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION, &h));
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, twice_importer, NULL);
+  to_child(&c, &h, sizeof h);
+  CHECK_EQ(recv_int(c.up[0]), 1);
+  CHECK_EQ(th_wait(pid), 0);
+  chan_close(&c);
   CHECK_OK(aclrtUnmapMem(v));
   CHECK_OK(aclrtReleaseMemAddress(v));
   CHECK_OK(aclrtFreePhysical(ph));

@@ -109,6 +109,7 @@ ACL_FUNC_VISIBILITY aclFloat16 aclFloatToFloat16(float value);
   X(ACL_ERROR_RT_INVALID_DEVICEID, 107001, "runtime: invalid device id")       \
   X(ACL_ERROR_RT_CONTEXT_NULL, 107002, "runtime: no current context")         \
   X(ACL_ERROR_RT_STREAM_CONTEXT, 107003, "runtime: stream not in the current context") \
+  X(ACL_ERROR_RT_STREAM_MODEL, 107005, "runtime: stream not in a model")      \
   X(ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, 107006, "runtime: event timestamp invalid") \
   X(ACL_ERROR_RT_STREAM_SUBSCRIBE, 107011, "runtime: stream subscription error") \
   X(ACL_ERROR_RT_THREAD_SUBSCRIBE, 107012, "runtime: thread subscription error") \
@@ -117,6 +118,9 @@ ACL_FUNC_VISIBILITY aclFloat16 aclFloatToFloat16(float value);
   X(ACL_ERROR_RT_WAIT_TIMEOUT, 107019, "runtime: wait timeout")                \
   X(ACL_ERROR_RT_TASK_TIMEOUT, 107020, "runtime: task timeout")                \
   X(ACL_ERROR_RT_STREAM_ABORT, 107023, "runtime: stream aborted")             \
+  X(ACL_ERROR_RT_STREAM_CAPTURED, 107027, "runtime: stream is captured")      \
+  X(ACL_ERROR_RT_STREAM_NOT_CAPTURED, 107029, "runtime: stream is not in capture status") \
+  X(ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD, 107038, "runtime: capture ended in another thread than it began") \
   X(ACL_ERROR_BAD_ALLOC, 200000, "memory allocation failed")                   \
   X(ACL_ERROR_INVALID_DEVICE, 200002, "invalid device")                        \
   X(ACL_ERROR_FEATURE_UNSUPPORTED, 200006, "feature not supported")            \
@@ -131,7 +135,10 @@ ACL_FUNC_VISIBILITY aclFloat16 aclFloatToFloat16(float value);
   X(ACL_ERROR_RT_IPC_ERROR, 507022, "runtime: IPC error")                      \
   X(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, 507046, "runtime: stream synchronize timeout") \
   X(ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, 507047, "runtime: event synchronize timeout") \
-  X(ACL_ERROR_RT_DRV_INTERNAL_ERROR, 507899, "runtime: driver internal error")
+  X(ACL_ERROR_RT_DRV_INTERNAL_ERROR, 507899, "runtime: driver internal error") \
+  X(ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, 507903, "runtime: the stream capture was invalidated") \
+  X(ACL_ERROR_HOST_MEMORY_ALREADY_REGISTERED, 507910, "host memory range already registered") \
+  X(ACL_ERROR_HOST_MEMORY_NOT_REGISTERED, 507911, "host memory has not been registered")
 
 #define ACL_ERROR_CODE_ENUM_(sym, num, msg) sym = num,
 enum { ACL_ERROR_CODE_TABLE(ACL_ERROR_CODE_ENUM_) };

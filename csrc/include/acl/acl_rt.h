@@ -945,6 +945,82 @@ ACL_FUNC_VISIBILITY aclError aclrtLaunchKernelWithConfig(aclrtFuncHandle funcHan
 
 /* ==== Managed and registered host memory, labels, model runtime instances = */
 
+/* aclrtMemAllocManaged: the only flag, memory reachable from host and device. */
+#define ACL_RT_MEM_ATTACH_GLOBAL 0x01U
+
+/* aclrtHostRegisterV2 flags (an OR of them). */
+#define ACL_HOST_REG_MAPPED 0x2UL          /* give the host range a device address */
+#define ACL_HOST_REG_IOMEMORY 0x4UL        /* a PCIe device's I/O space (reserved in CANN) */
+#define ACL_HOST_REG_READONLY 0x8UL        /* device access read-only (reserved in CANN) */
+#define ACL_HOST_REG_PINNED 0x10000000UL   /* page-lock pageable host memory */
+
+/* Unified memory (2 MiB granules), freed with aclrtFree. flag: ACL_RT_MEM_ATTACH_GLOBAL. */
+ACL_FUNC_VISIBILITY aclError aclrtMemAllocManaged(void **ptr, uint64_t size, uint32_t flag);
+/* Registers [ptr, ptr+size) of host memory (4 KiB aligned) with the runtime. */
+ACL_FUNC_VISIBILITY aclError aclrtHostRegisterV2(void *ptr, uint64_t size, uint32_t flag);
+/* The device address of a range registered with ACL_HOST_REG_MAPPED (pHost: its base); flag 0. */
+ACL_FUNC_VISIBILITY aclError aclrtHostGetDevicePointer(void *pHost, void **pDevice, uint32_t flag);
+/* Ends the registration whose base is ptr. */
+ACL_FUNC_VISIBILITY aclError aclrtHostUnregister(void *ptr);
+
+/* Labels: positions in the task lists of streams bound to a model runtime
+ * instance, and lists of them that a switch task jumps through. */
+typedef void *aclrtLabel;
+typedef void *aclrtLabelList;
+
+ACL_FUNC_VISIBILITY aclError aclrtCreateLabel(aclrtLabel *label);
+/* Places label at the current end of stream's tasks (a stream bound to a model being built). */
+ACL_FUNC_VISIBILITY aclError aclrtSetLabel(aclrtLabel label, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtDestroyLabel(aclrtLabel label);
+/* num in 1..65535 labels, in index order. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateLabelList(aclrtLabel *labels, size_t num, aclrtLabelList *labelList);
+ACL_FUNC_VISIBILITY aclError aclrtDestroyLabelList(aclrtLabelList labelList);
+/* A task: reads a uint32 index at device address ptr when it runs and jumps
+ * to that label of labelList (an index past the end: the last label); the
+ * stream's own tasks after it do not run. */
+ACL_FUNC_VISIBILITY aclError aclrtSwitchLabelByIndex(void *ptr, uint32_t maxValue, aclrtLabelList labelList,
+                                                     aclrtStream stream);
+
+/* Model runtime instances: task lists recorded from streams and replayed. */
+typedef void *aclmdlRI;
+
+typedef enum {
+  ACL_MODEL_RI_CAPTURE_MODE_GLOBAL = 0,
+  ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL,
+  ACL_MODEL_RI_CAPTURE_MODE_RELAXED,
+} aclmdlRICaptureMode;
+
+typedef enum {
+  ACL_MODEL_RI_CAPTURE_STATUS_NONE = 0,
+  ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE,
+  ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED,
+} aclmdlRICaptureStatus;
+
+/* aclmdlRIBindStream flags (values from CANN's documentation). */
+#ifndef ACL_MODEL_STREAM_FLAG_HEAD
+#define ACL_MODEL_STREAM_FLAG_HEAD 0x00000000U    /* runs from the start of each execution */
+#define ACL_MODEL_STREAM_FLAG_DEFAULT 0x7FFFFFFFU /* runs only when a switch jumps to it */
+#endif
+
+/* Build: begin (flag 0), bind streams, queue tasks on them, end each stream's
+ * tasks, end the build (reserve NULL). */
+ACL_FUNC_VISIBILITY aclError aclmdlRIBuildBegin(aclmdlRI *modelRI, uint32_t flag);
+ACL_FUNC_VISIBILITY aclError aclmdlRIBindStream(aclmdlRI modelRI, aclrtStream stream, uint32_t flag);
+ACL_FUNC_VISIBILITY aclError aclmdlRIEndTask(aclmdlRI modelRI, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclmdlRIBuildEnd(aclmdlRI modelRI, void *reserve);
+ACL_FUNC_VISIBILITY aclError aclmdlRIUnbindStream(aclmdlRI modelRI, aclrtStream stream);
+/* Queues one run of the model's tasks on stream. */
+ACL_FUNC_VISIBILITY aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclmdlRIDestroy(aclmdlRI modelRI);
+/* Capture: tasks queued on stream between begin and end are recorded into a
+ * new model runtime instance instead of running. */
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode);
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureGetInfo(aclrtStream stream, aclmdlRICaptureStatus *status,
+                                                    aclmdlRI *modelRI);
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI);
+
+#include "acl_rt_allocator.h"
+
 
 #ifdef __cplusplus
 }
