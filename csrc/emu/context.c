@@ -149,7 +149,7 @@ aclError aipc__emu_create_context(aclrtContext *out, int32_t deviceId) {
 
 aclError aipc__emu_set_current_context(aclrtContext h) {
   const char *call = AIPC_CALL_NAME(set_current_context);
-  context *c;
+  context *c = NULL;
   aclError rc = lookup(call, "context", h, ACL_ERROR_RT_PARAM_INVALID, &c);
   if (rc) return rc;
   if (c->is_default)
@@ -172,7 +172,7 @@ aclError aipc__emu_get_current_context(aclrtContext *out) {
 }
 
 aclError aipc__ctx_remove(const char *call, aclrtContext h, uint64_t *id, void **obj) {
-  context *c;
+  context *c = NULL;
   aclError rc = lookup(call, "context", h, ACL_ERROR_RT_CONTEXT_NULL, &c);
   if (rc) return rc;
   bool is_default = c->is_default;

@@ -298,7 +298,7 @@ aclError aipc__emu_kernel_args_append(aclrtArgsHandle argsHandle, void *param_, 
   args *a;
   aclError rc = get_args(call, argsHandle, &a);
   if (rc) return rc;
-  uint32_t index;
+  uint32_t index = 0;
   pthread_mutex_lock(&g_args_mu);
   rc = append(call, a, param_, paramSize, false, &index);
   pthread_mutex_unlock(&g_args_mu);
@@ -313,7 +313,7 @@ aclError aipc__emu_kernel_args_append_place_holder(aclrtArgsHandle argsHandle, a
   args *a;
   aclError rc = get_args(call, argsHandle, &a);
   if (rc) return rc;
-  uint32_t index;
+  uint32_t index = 0;
   pthread_mutex_lock(&g_args_mu);
   rc = append(call, a, NULL, sizeof(void *), true, &index);
   pthread_mutex_unlock(&g_args_mu);

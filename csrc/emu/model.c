@@ -470,7 +470,7 @@ aclError aipc__emu_mdl_ri_build_begin(aclmdlRI *modelRI, uint32_t flag) {
   const char *call = AIPC_CALL_NAME(mdl_ri_build_begin);
   if (!modelRI) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: modelRI is NULL", call);
   if (flag != 0) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: flag %u is reserved: pass 0", call, flag);
-  model *m;
+  model *m = NULL;
   aclError rc = model_new(call, ST_BUILDING, &m);
   if (rc) return rc;
   *modelRI = m;
@@ -819,7 +819,7 @@ aclError aipc__emu_mdl_ri_capture_begin(aclrtStream stream, aclmdlRICaptureMode 
   int32_t dev;
   aclError rc = aipc__stream_device(call, stream, &dev);
   if (rc) return rc;
-  model *m;
+  model *m = NULL;
   if ((rc = model_new(call, ST_CAPTURING, &m))) return rc;
   m->mode = mode;
   m->capturer = pthread_self();
