@@ -808,8 +808,10 @@ TEST(memset_sets_host_memory_of_malloc_host_only) {
   CHECK_MSG(aclrtMemset((char *)h + 4090, 100, 0, 100), ACL_ERROR_INVALID_PARAM, "");
   char plain[16];
   CHECK_MSG(aclrtMemset(plain, 16, 0, 16), ACL_ERROR_INVALID_PARAM, "aclrtMallocHost");
-  /* The stream form stays device-only. */
-  CHECK_ACL(aclrtMemsetAsync(h, 100, 0, 100, NULL), ACL_ERROR_INVALID_PARAM);
+  /* The stream form too, as CANN documents it. */
+  CHECK_OK(aclrtMemsetAsync(h, 100, 0x22, 100, NULL));
+  CHECK_OK(aclrtSynchronizeStream(NULL));
+  CHECK_EQ(((unsigned char *)h)[99], 0x22);
   CHECK_OK(aclrtFreeHost(h));
   CHECK_ACL(aclrtMemset(h, 100, 0, 100), ACL_ERROR_INVALID_PARAM);
 }
