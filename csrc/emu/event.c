@@ -383,11 +383,14 @@ aclError aipc__emu_record_event(aclrtEvent h, aclrtStream stream) {
 
 aclError aipc__emu_record_event_with_flag(aclrtEvent h, aclrtStream stream, uint32_t flag) {
   const char *call = AIPC_CALL_NAME(record_event_with_flag);
-  if (flag == ACL_EVENT_RECORD_EXTERNAL)
-    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                      "%s: ACL_EVENT_RECORD_EXTERNAL is for streams being captured into a graph; the emulator has no "
-                      "graph capture",
+  /* EXTERNAL: a record in a captured graph that streams outside it see.
+   * model.c replays every recorded record as a real one, so on a recording
+   * stream it is the plain record; CANN refuses it anywhere else. */
+  if (flag == ACL_EVENT_RECORD_EXTERNAL && !aipc__stream_recording(stream))
+    return aipc__fail(ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+                      "%s: ACL_EVENT_RECORD_EXTERNAL is only for a stream being captured (aclmdlRICaptureBegin)",
                       call);
+  if (flag == ACL_EVENT_RECORD_EXTERNAL) return record(call, h, stream);
   if (flag != ACL_EVENT_RECORD_DEFAULT)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
                       "%s: flag 0x%x is neither ACL_EVENT_RECORD_DEFAULT (0) nor ACL_EVENT_RECORD_EXTERNAL (1)", call,
@@ -602,12 +605,12 @@ aclError aipc__emu_stream_wait_event(aclrtStream stream, aclrtEvent ev) {
 
 aclError aipc__emu_stream_wait_event_with_flag(aclrtStream stream, aclrtEvent ev, uint32_t timeout, uint32_t flag) {
   const char *call = AIPC_CALL_NAME(stream_wait_event_with_flag);
-  if (flag == ACL_EVENT_WAIT_EXTERNAL)
-    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                      "%s: ACL_EVENT_WAIT_EXTERNAL is for streams being captured into a graph; the emulator has no "
-                      "graph capture",
-                      call);
-  if (flag != ACL_EVENT_WAIT_DEFAULT)
+  /* EXTERNAL: a wait in a captured graph on a record outside it; replayed
+   * waits already take their target when the model runs. */
+  if (flag == ACL_EVENT_WAIT_EXTERNAL && !aipc__stream_recording(stream))
+    return aipc__fail(ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+                      "%s: ACL_EVENT_WAIT_EXTERNAL is only for a stream being captured (aclmdlRICaptureBegin)", call);
+  if (flag != ACL_EVENT_WAIT_DEFAULT && flag != ACL_EVENT_WAIT_EXTERNAL)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
                       "%s: flag 0x%x is neither ACL_EVENT_WAIT_DEFAULT (0) nor ACL_EVENT_WAIT_EXTERNAL (1)", call, flag);
   if (timeout > INT32_MAX)

@@ -408,7 +408,9 @@ TEST(capture_modes_and_threads) {
 
 /* The event hand-offs of CANN's model_sync_external sample: records and
  * waits are recorded, and replayed as if made at execution. */
-TEST(capture_event_record_and_wait) {
+/* external: with CANN's ACL_EVENT_*_EXTERNAL flags, which say that the
+ * record and the wait cross the model's border (its sample 4). */
+static void capture_event_record_and_wait_(int external) {
   enum { M = 4096 };
   unsigned char *src = dmalloc(M), *mid = dmalloc(M), *dst = dmalloc(M);
   aclrtStream g1 = stream_new(), g2 = stream_new();
@@ -417,11 +419,17 @@ TEST(capture_event_record_and_wait) {
   aclmdlRI m1, m2;
   CHECK_OK(aclmdlRICaptureBegin(g1, ACL_MODEL_RI_CAPTURE_MODE_RELAXED));
   CHECK_OK(aclrtMemcpyAsync(mid, M, src, M, ACL_MEMCPY_DEVICE_TO_DEVICE, g1));
-  CHECK_OK(aclrtRecordEvent(ev, g1));
+  if (external)
+    CHECK_OK(aclrtRecordEventWithFlag(ev, g1, ACL_EVENT_RECORD_EXTERNAL));
+  else
+    CHECK_OK(aclrtRecordEvent(ev, g1));
   CHECK_OK(aclmdlRICaptureEnd(g1, &m1));
   CHECK_OK(aclrtSynchronizeEvent(ev)); /* nothing recorded yet: no wait, no hang */
   CHECK_OK(aclmdlRICaptureBegin(g2, ACL_MODEL_RI_CAPTURE_MODE_RELAXED));
-  CHECK_OK(aclrtStreamWaitEvent(g2, ev));
+  if (external)
+    CHECK_OK(aclrtStreamWaitEventWithFlag(g2, ev, 0, ACL_EVENT_WAIT_EXTERNAL));
+  else
+    CHECK_OK(aclrtStreamWaitEvent(g2, ev));
   CHECK_OK(aclrtMemcpyAsync(dst, M, mid, M, ACL_MEMCPY_DEVICE_TO_DEVICE, g2));
   CHECK_OK(aclmdlRICaptureEnd(g2, &m2));
   for (int run = 0; run < 5; run++) {
@@ -444,6 +452,22 @@ TEST(capture_event_record_and_wait) {
   CHECK_OK(aclmdlRIDestroy(m2));
   CHECK_OK(aclrtDestroyEvent(ev));
   CHECK_OK(aclFinalize());
+}
+
+TEST(capture_event_record_and_wait) { capture_event_record_and_wait_(0); }
+
+TEST(capture_event_record_and_wait_external) {
+  /* outside a capture CANN refuses the flags */
+  aclrtStream s = stream_new();
+  aclrtEvent ev;
+  CHECK_OK(aclrtCreateEventExWithFlag(&ev, ACL_EVENT_SYNC));
+  CHECK_MSG(aclrtRecordEventWithFlag(ev, s, ACL_EVENT_RECORD_EXTERNAL), ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+            "being captured");
+  CHECK_MSG(aclrtStreamWaitEventWithFlag(s, ev, 0, ACL_EVENT_WAIT_EXTERNAL), ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+            "being captured");
+  CHECK_OK(aclrtDestroyEvent(ev));
+  CHECK_OK(aclrtDestroyStream(s));
+  capture_event_record_and_wait_(1);
 }
 
 /* CANN refuses to run a model on a stream being captured; the capture stays whole. */

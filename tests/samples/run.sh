@@ -72,14 +72,19 @@ for s in "${samples[@]}"; do
     continue
   fi
   t0=${SECONDS}
-  (cd "${dir}" && timeout -k 10 "${timeout_s}" bash ./run.sh) >"${log}" 2>&1
+  # pipefail: run scripts pipe the program into tee, which would hide its status.
+  (cd "${dir}" && timeout -k 10 "${timeout_s}" bash -o pipefail ./run.sh) >"${log}" 2>&1
   rc=$?
+  # A program that crashed or threw past main, whatever its script made of it.
+  crash=$(grep -E -m1 "terminate called|Segmentation fault|core dumped|Aborted|AddressSanitizer|runtime error:" "${log}")
+  [ ${rc} -eq 0 ] && [ -n "${crash}" ] && rc=134
   if [ ${rc} -eq 0 ]; then
     echo "passed  ${s} ($((SECONDS - t0)) s)"
     passed=$((passed + 1))
   else
     why="exit ${rc}"
     [ ${rc} -eq 124 ] && why="timed out after ${timeout_s} s"
+    [ -n "${crash}" ] && why="${why}: ${crash}"
     echo "FAILED  ${s} (${why}; ${log}):"
     grep -E -i "error|fail|undefined|abort" "${log}" | head -5 | sed 's/^/          /'
     failed+=("${s}")
