@@ -32,6 +32,11 @@
 /* The CANN release the project follows (docs/hardware.md). */
 #define CANN_VERSION "9.0.0"
 #define CANN_VERSION_NUM 90000000 /* CANN's encoding: major*1e7 + minor*1e5 + patch*1e3 */
+/* 0: the version calls answer as a runtime that does not know its version
+ * (the test suite builds such a library to stand for an older CANN). */
+#ifndef AIPC_EMU_VERSION_KNOWN
+#define AIPC_EMU_VERSION_KNOWN 1
+#endif
 
 typedef struct soc_profile {
   const char *prefix; /* a name, or a family's prefix ending in '*' */
@@ -350,6 +355,8 @@ static aclError check_pkg(const char *call, const char *pkgName) {
 
 aclError aipc__emu_sys_get_version_str(char *pkgName, char *versionStr) {
   const char *call = AIPC_CALL_NAME(sys_get_version_str);
+  if (!AIPC_EMU_VERSION_KNOWN)
+    return aipc__fail(ACL_ERROR_INVALID_FILE, "%s: this build of the runtime reports no version", call);
   if (!versionStr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: versionStr is NULL", call);
   if (!pkgName) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: pkgName is NULL", call);
   aclError rc = check_pkg(call, pkgName);
@@ -360,6 +367,8 @@ aclError aipc__emu_sys_get_version_str(char *pkgName, char *versionStr) {
 
 aclError aipc__emu_sys_get_version_num(char *pkgName, int32_t *versionNum) {
   const char *call = AIPC_CALL_NAME(sys_get_version_num);
+  if (!AIPC_EMU_VERSION_KNOWN)
+    return aipc__fail(ACL_ERROR_INVALID_FILE, "%s: this build of the runtime reports no version", call);
   if (!versionNum) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: versionNum is NULL", call);
   if (!pkgName) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: pkgName is NULL", call);
   aclError rc = check_pkg(call, pkgName);
