@@ -60,6 +60,21 @@ static inline void *dmalloc(size_t n) {
 }
 
 /* Allocates size bytes on the current device and exports them. */
+static inline aclrtStream stream_new(void) {
+  aclrtStream s = NULL;
+  CHECK_OK(aclrtCreateStream(&s));
+  return s;
+}
+
+/* A notify that s waits on: work queued on s after this call runs only once
+ * the test records it (aclrtRecordNotify), so "still queued" needs no clock. */
+static inline aclrtNotify gate_new(aclrtStream s) {
+  aclrtNotify g;
+  CHECK_OK(aclrtCreateNotify(&g, 0));
+  CHECK_OK(aclrtWaitAndResetNotify(g, s, 0));
+  return g;
+}
+
 static inline void *export_new(size_t size, uint64_t flags, char key[KEYLEN]) {
   void *p = dmalloc(size);
   memset(key, 0, KEYLEN); /* the key is shorter than its buffer: all of it gets sent around */

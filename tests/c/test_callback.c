@@ -10,13 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness.h"
-
-static aclrtStream stream_new(void) {
-  aclrtStream s = NULL;
-  CHECK_OK(aclrtCreateStream(&s));
-  return s;
-}
+#include "ipc_util.h"
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -519,12 +513,6 @@ TEST(thread_last_task_id) {
   CHECK_OK(aclrtSynchronizeStream(s));
   CHECK_OK(aclrtSynchronizeStream(NULL));
   CHECK_OK(aclFinalize());
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* A Process* call waits its timeout when nothing comes, and returns as soon

@@ -15,21 +15,6 @@ static aclrtEvent ev_new(uint32_t flag) {
   return e;
 }
 
-static aclrtStream stream_new(void) {
-  aclrtStream s = NULL;
-  CHECK_OK(aclrtCreateStream(&s));
-  return s;
-}
-
-/* A notify that s waits on: work queued on s after this call runs only once
- * the test records it (aclrtRecordNotify), so "still queued" needs no clock. */
-static aclrtNotify gate_new(aclrtStream s) {
-  aclrtNotify g;
-  CHECK_OK(aclrtCreateNotify(&g, 0));
-  CHECK_OK(aclrtWaitAndResetNotify(g, s, 0));
-  return g;
-}
-
 /* ---- creation rules ------------------------------------------------------------ */
 
 TEST(create_flags_follow_cann) {

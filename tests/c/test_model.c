@@ -9,23 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "ipc_util.h"
 
 #define N 64
 
-static void *dmalloc(size_t n) {
-  void *p = NULL;
-  CHECK_OK(aclrtMalloc(&p, n, ACL_MEM_MALLOC_HUGE_FIRST));
-  return p;
-}
-
 static void put_u32(void *d, uint32_t v) { CHECK_OK(aclrtMemcpy(d, 4, &v, 4, ACL_MEMCPY_HOST_TO_DEVICE)); }
-
-static aclrtStream stream_new(void) {
-  aclrtStream s = NULL;
-  CHECK_OK(aclrtCreateStream(&s));
-  return s;
-}
 
 static aclrtLabel label_new(void) {
   aclrtLabel l = NULL;

@@ -12,12 +12,6 @@ static aclrtNotify notify_new(void) {
   return n;
 }
 
-static aclrtStream stream_new(void) {
-  aclrtStream s = NULL;
-  CHECK_OK(aclrtCreateStream(&s));
-  return s;
-}
-
 TEST(argument_rules) {
   aclrtNotify n, dev_only;
   int not_a_notify = 0;

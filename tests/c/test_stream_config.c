@@ -7,21 +7,6 @@
 
 #include "ipc_util.h"
 
-static aclrtStream stream_new(void) {
-  aclrtStream s = NULL;
-  CHECK_OK(aclrtCreateStream(&s));
-  return s;
-}
-
-/* A notify that s waits on: work queued on s after this runs only once the
- * test records it, so "still queued" needs no clock. */
-static aclrtNotify gate_new(aclrtStream s) {
-  aclrtNotify g;
-  CHECK_OK(aclrtCreateNotify(&g, 0));
-  CHECK_OK(aclrtWaitAndResetNotify(g, s, 0));
-  return g;
-}
-
 /* Queues on s a copy that fails when it runs (its source is freed while the
  * gate holds it back). */
 static void queue_failing_copy(aclrtStream s, char *host, size_t n) {
