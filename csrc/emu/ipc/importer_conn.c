@@ -297,9 +297,16 @@ static aclError sock_open(const char *call, const aipc__cconn *c, uint32_t place
   if (c->remote && (aipc__supernode_peer(peer, &peer_sdid, &peer_same) != 0 || peer_same || peer_sdid != c->sdid)) {
     /* The server is the kernel's word (the exporter's network namespace), not the key's. */
     close(fd);
+    if (peer_same)
+      return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                        "%s: the key names %s on server %u, but that process runs in this process's network namespace, "
+                        "which is server %u here: a server is a network namespace, and all its processes must agree on "
+                        "its sdid (ASCEND_IPC_SDID); run the processes of another server in a network namespace of "
+                        "their own (or the key is damaged)",
+                        call, who, c->sdid, aipc__server_sdid());
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
-                      "%s: the key names %s on server %u, but that process is %s: damaged or forged", call, who,
-                      c->sdid, peer_same ? "on this process's own server" : "on another server");
+                      "%s: the key names %s on server %u, but that process is on another server: damaged or forged",
+                      call, who, c->sdid);
   }
   if (peer_uid != geteuid()) {
     close(fd);
