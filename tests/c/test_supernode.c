@@ -546,7 +546,7 @@ static int other_supernode_child(chan *c, void *arg) {
   CHECK_MSG(aclrtMemImportFromShareableHandleV2(&fh, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, 0, &h),
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "this process is in super-node");
   CHECK_OK(aclFinalize());
-  char id[64];
+  char id[96];
   snprintf(id, sizeof id, "%s/id", dir);
   unlink(id);
   rmdir(dir);
