@@ -13,7 +13,8 @@
  * write it; the others reach it through the functions below. One lock
  * guards all of it, the exporter lock (exporter_table.c): every function
  * here is called with it held unless it says otherwise, and none waits on
- * a peer. Lock order: exporter lock -> memory lock (aipc__mem_*lock).
+ * a peer. Lock order: exporter lock -> memory lock (aipc__mem_*lock), and
+ * exporter lock -> the super-node's lock (supernode.h).
  */
 #ifndef ASCEND_IPC_EMU_IPC_EXPORTER_INTERNAL_H_
 #define ASCEND_IPC_EMU_IPC_EXPORTER_INTERNAL_H_

@@ -5,8 +5,9 @@
  * (ASCEND_IPC_SUPERNODE_DIR), which crosses network namespaces but not
  * users. This file owns this process's server id (sdid), the directory and
  * its checks, and the registry of explicitly set sdids kept there.
- * Thread-safe; its lock is taken inside each call and calls nothing that
- * takes another lock.
+ * Thread-safe; its lock is taken inside each call. Lock order: exporter
+ * lock -> this lock -> the random pool's (key.h); nothing here takes the
+ * exporter's or importer's locks.
  */
 #ifndef ASCEND_IPC_EMU_IPC_SUPERNODE_H_
 #define ASCEND_IPC_EMU_IPC_SUPERNODE_H_
