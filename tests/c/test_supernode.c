@@ -681,3 +681,47 @@ TEST(bad_rendezvous_directories_refused) {
   unlink(link);
   rmdir(loose); /* the rest goes with remove_dir */
 }
+
+/* ---- explicit sdids ------------------------------------------------------------------------ */
+
+/* A server with ASCEND_IPC_SDID=sdid (set before its first call): exports a
+ * fabric handle (which joins the super-node) and reports the code; stays
+ * until told. */
+static int explicit_server(chan *c, void *arg) {
+  setenv("ASCEND_IPC_SDID", (const char *)arg, 1);
+  if (enter_server(c)) return SKIP;
+  CHECK_OK(aclrtSetDevice(0));
+  aclrtDrvMemHandle ph = phys_new(GRAN);
+  aclrtMemFabricHandle fh;
+  aclError rc = aclrtMemExportToShareableHandleV2(ph, 0, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, &fh);
+  const char *m = aclGetRecentErrMsg();
+  if (rc != ACL_SUCCESS) fprintf(stderr, "  (sdid %s: %s)\n", (const char *)arg, m ? m : "");
+  send_int(c->up[1], rc);
+  if (rc != ACL_SUCCESS) CHECK(m && strstr(m, "already the server of another network namespace"));
+  recv_int(c->down[0]);
+  CHECK_OK(aclrtFreePhysical(ph));
+  CHECK_OK(aclFinalize());
+  return 0;
+}
+
+TEST(two_servers_with_one_sdid_refused) {
+  NEEDS_NETNS();
+  fresh_dir();
+  chan a, b;
+  chan_open(&a);
+  int pa = chan_spawn(&a, explicit_server, "9");
+  CHECK_EQ(recv_int(a.up[0]), pa);
+  recv_int(a.up[0]); /* its derived sdid: not the one it uses */
+  CHECK_EQ(recv_int(a.up[0]), ACL_SUCCESS);
+  chan_open(&b);
+  int pb = chan_spawn(&b, explicit_server, "9"); /* another namespace, the same sdid */
+  CHECK_EQ(recv_int(b.up[0]), pb);
+  recv_int(b.up[0]);
+  CHECK_EQ(recv_int(b.up[0]), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+  send_int(a.down[1], 1);
+  send_int(b.down[1], 1);
+  CHECK_EQ(th_wait(pa), 0);
+  CHECK_EQ(th_wait(pb), 0);
+  chan_close(&a);
+  chan_close(&b);
+}

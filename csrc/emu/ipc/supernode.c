@@ -164,28 +164,61 @@ static int read_id(int dfd, uint64_t *id) {
   return -1;
 }
 
-/* The registry: "net.<inode>" holds "<sdid> <pid> <start>", the sdid a
- * process set for its network namespace; it counts while that process lives. */
-static int registry_read(int dfd, uint64_t ino, uint32_t *sdid) {
-  char name[48], text[96];
-  snprintf(name, sizeof name, "net.%" PRIu64, ino);
+/* The registry of explicitly set sdids: "net.<inode>" holds "<sdid> <pid>
+ * <start>" and "sdid.<sdid>" holds "<inode> <pid> <start>", written by a
+ * process that set ASCEND_IPC_SDID; an entry counts while that process
+ * lives. Reads one: 0 and the value, or -1 (none, unreadable, or stale). */
+static int registry_get(int dfd, const char *name, uint64_t *value, int *who) {
+  char text[96];
   if (read_small(dfd, name, text, sizeof text) != 0) return -1;
-  unsigned long sd;
+  unsigned long long v, start;
   int pid;
-  unsigned long long start;
-  if (sscanf(text, "%lu %d %llu", &sd, &pid, &start) != 3 || pid <= 0) return -1;
+  if (sscanf(text, "%llu %d %llu", &v, &pid, &start) != 3 || pid <= 0) return -1;
   if (!aipc__os_process_alive(pid, start)) return -1;
-  *sdid = (uint32_t)sd;
+  *value = v;
+  *who = pid;
   return 0;
 }
 
-static void registry_write(int dfd, uint64_t ino, uint32_t sdid) {
-  uint64_t start;
-  if (aipc__os_process_start(getpid(), &start) != 0) return;
-  char name[48], text[96];
+static int registry_read(int dfd, uint64_t ino, uint32_t *sdid) {
+  char name[48];
   snprintf(name, sizeof name, "net.%" PRIu64, ino);
+  uint64_t v;
+  int who;
+  if (registry_get(dfd, name, &v, &who) != 0) return -1;
+  *sdid = (uint32_t)v;
+  return 0;
+}
+
+/* Registers (ino, sdid), or sets g.why: a namespace of two sdids, or an
+ * sdid of two namespaces, is a configuration error. */
+static int registry_claim(int dfd, uint64_t ino, uint32_t sdid) {
+  char net[48], sd[48], text[96];
+  snprintf(net, sizeof net, "net.%" PRIu64, ino);
+  snprintf(sd, sizeof sd, "sdid.%u", sdid);
+  uint64_t v;
+  int who;
+  if (registry_get(dfd, net, &v, &who) == 0 && v != sdid) {
+    snprintf(g.why, sizeof g.why,
+             "this network namespace is server %llu of this super-node (process %d set it), and ASCEND_IPC_SDID says "
+             "%u: a server is a network namespace, and all its processes must agree on its sdid",
+             (unsigned long long)v, who, sdid);
+    return -1;
+  }
+  if (registry_get(dfd, sd, &v, &who) == 0 && v != ino) {
+    snprintf(g.why, sizeof g.why,
+             "sdid %u is already the server of another network namespace of this super-node (process %d set it "
+             "there): each server needs an sdid of its own (ASCEND_IPC_SDID)",
+             sdid, who);
+    return -1;
+  }
+  uint64_t start;
+  if (aipc__os_process_start(getpid(), &start) != 0) return 0;
   snprintf(text, sizeof text, "%u %d %" PRIu64 "\n", sdid, (int)getpid(), start);
-  (void)write_small(dfd, name, text, false);
+  (void)write_small(dfd, net, text, false);
+  snprintf(text, sizeof text, "%" PRIu64 " %d %" PRIu64 "\n", ino, (int)getpid(), start);
+  (void)write_small(dfd, sd, text, false);
+  return 0;
 }
 
 aclError aipc__supernode_join(const char *call) {
@@ -200,8 +233,8 @@ aclError aipc__supernode_join(const char *call) {
         g.rc = ACL_ERROR_RT_IPC_ERROR;
         snprintf(g.why, sizeof g.why, "cannot read or create the super-node id in %s (file id)",
                  aipc__config_get()->supernode_dir);
-      } else if (aipc__config_get()->sdid_set && g.netns) {
-        registry_write(dfd, g.netns, g.sdid);
+      } else if (aipc__config_get()->sdid_set && g.netns && registry_claim(dfd, g.netns, g.sdid) != 0) {
+        g.rc = ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
       }
       close(dfd);
     }
