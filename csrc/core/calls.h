@@ -19,7 +19,7 @@
  *   params  the parameter list, parenthesised, as CANN declares it
  *   args    the parameter names, parenthesised, to forward them
  *   since   the oldest CANN whose documentation lists the call (docs/hardware.md),
- *           or NULL when every CANN the project supports has it
+ *           or NULL when every CANN the project supports (8.0.RC1 and newer) has it
  *   need    REQUIRED: a library without it is not a runtime the project can
  *           use; OPTIONAL: without it only the features that need it fail
  */
@@ -40,7 +40,7 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
   X(aclError, aclrtGetDevice, get_device, (int32_t * deviceId), (deviceId), NULL, REQUIRED)                    \
   X(aclError, aclrtGetDeviceCount, get_device_count, (uint32_t * count), (count), NULL, REQUIRED)              \
   X(aclError, aclrtResetDevice, reset_device, (int32_t deviceId), (deviceId), NULL, OPTIONAL)                  \
-  X(aclError, aclrtResetDeviceForce, reset_device_force, (int32_t deviceId), (deviceId), NULL, OPTIONAL)       \
+  X(aclError, aclrtResetDeviceForce, reset_device_force, (int32_t deviceId), (deviceId), "CANN 8.0.RC3", OPTIONAL) \
   X(aclError, aclrtDeviceCanAccessPeer, device_can_access_peer,                                                \
     (int32_t * canAccessPeer, int32_t deviceId, int32_t peerDeviceId), (canAccessPeer, deviceId, peerDeviceId), \
     NULL, OPTIONAL)                                                                                            \
@@ -75,7 +75,7 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
   X(aclError, aclrtCreateEventWithFlag, create_event_with_flag, (aclrtEvent * event, uint32_t flag),           \
     (event, flag), NULL, OPTIONAL)                                                                             \
   X(aclError, aclrtCreateEventExWithFlag, create_event_ex_with_flag, (aclrtEvent * event, uint32_t flag),      \
-    (event, flag), "CANN 8.2.RC1", OPTIONAL)                                                                   \
+    (event, flag), NULL, OPTIONAL)                                                                             \
   X(aclError, aclrtDestroyEvent, destroy_event, (aclrtEvent event), (event), NULL, OPTIONAL)                   \
   X(aclError, aclrtRecordEvent, record_event, (aclrtEvent event, aclrtStream stream), (event, stream), NULL,   \
     OPTIONAL)                                                                                                  \
@@ -87,22 +87,22 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
   X(aclError, aclrtStreamWaitEvent, stream_wait_event, (aclrtStream stream, aclrtEvent event), (stream, event), \
     NULL, OPTIONAL)                                                                                            \
   X(aclError, aclrtStreamWaitEventWithTimeout, stream_wait_event_with_timeout,                                  \
-    (aclrtStream stream, aclrtEvent event, int32_t timeout), (stream, event, timeout), NULL, OPTIONAL)         \
+    (aclrtStream stream, aclrtEvent event, int32_t timeout), (stream, event, timeout), "CANN 8.5.0", OPTIONAL) \
   X(aclError, aclrtEventElapsedTime, event_elapsed_time, (float *ms, aclrtEvent startEvent, aclrtEvent endEvent), \
     (ms, startEvent, endEvent), NULL, OPTIONAL)                                                                \
   X(aclError, aclrtIpcGetEventHandle, ipc_get_event_handle, (aclrtEvent event, aclrtIpcEventHandle * handle),  \
     (event, handle), "CANN 8.5.0", OPTIONAL)                                                                   \
   X(aclError, aclrtIpcOpenEventHandle, ipc_open_event_handle, (aclrtIpcEventHandle handle, aclrtEvent * event), \
     (handle, event), "CANN 8.5.0", OPTIONAL)                                                                   \
-  X(aclError, aclrtCreateNotify, create_notify, (aclrtNotify * notify, uint64_t flag), (notify, flag), NULL,   \
+  X(aclError, aclrtCreateNotify, create_notify, (aclrtNotify * notify, uint64_t flag), (notify, flag), "CANN 8.2.RC1", \
     OPTIONAL)                                                                                                  \
-  X(aclError, aclrtDestroyNotify, destroy_notify, (aclrtNotify notify), (notify), NULL, OPTIONAL)              \
+  X(aclError, aclrtDestroyNotify, destroy_notify, (aclrtNotify notify), (notify), "CANN 8.2.RC1", OPTIONAL)    \
   X(aclError, aclrtRecordNotify, record_notify, (aclrtNotify notify, aclrtStream stream), (notify, stream),    \
-    NULL, OPTIONAL)                                                                                            \
+    "CANN 8.2.RC1", OPTIONAL)                                                                                  \
   X(aclError, aclrtWaitAndResetNotify, wait_and_reset_notify,                                                   \
-    (aclrtNotify notify, aclrtStream stream, uint32_t timeout), (notify, stream, timeout), NULL, OPTIONAL)     \
+    (aclrtNotify notify, aclrtStream stream, uint32_t timeout), (notify, stream, timeout), "CANN 8.2.RC1", OPTIONAL) \
   X(aclError, aclrtGetNotifyId, get_notify_id, (aclrtNotify notify, uint32_t * notifyId), (notify, notifyId),  \
-    NULL, OPTIONAL)                                                                                            \
+    "CANN 8.2.RC1", OPTIONAL)                                                                                  \
   X(aclError, aclrtNotifyGetExportKey, notify_get_export_key,                                                   \
     (aclrtNotify notify, char *key, size_t len, uint64_t flags), (notify, key, len, flags), "CANN 8.2.RC1",    \
     OPTIONAL)                                                                                                  \
@@ -141,32 +141,32 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
     (virPtr, size, offset, handle, flags), NULL, OPTIONAL)                                                     \
   X(aclError, aclrtMemMapNoAccess, mem_map_no_access,                                                          \
     (void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle, uint64_t flags),                      \
-    (virPtr, size, offset, handle, flags), NULL, OPTIONAL)                                                     \
+    (virPtr, size, offset, handle, flags), "CANN 9.2.0", OPTIONAL)                                             \
   X(aclError, aclrtUnmapMem, unmap_mem, (void *virPtr), (virPtr), NULL, OPTIONAL)                              \
   X(aclError, aclrtMemSetAccess, mem_set_access,                                                               \
-    (void *virPtr, size_t size, aclrtMemAccessDesc *desc, size_t count), (virPtr, size, desc, count), NULL,    \
+    (void *virPtr, size_t size, aclrtMemAccessDesc *desc, size_t count), (virPtr, size, desc, count), "CANN 8.5.0", \
     OPTIONAL)                                                                                                  \
   X(aclError, aclrtMemRetainAllocationHandle, mem_retain_allocation_handle,                                    \
-    (void *virPtr, aclrtDrvMemHandle *handle), (virPtr, handle), NULL, OPTIONAL)                               \
+    (void *virPtr, aclrtDrvMemHandle *handle), (virPtr, handle), "CANN 8.5.0", OPTIONAL)                       \
   X(aclError, aclrtMemGetAddressRange, mem_get_address_range, (void *ptr, void **pbase, size_t *psize),          \
-    (ptr, pbase, psize), NULL, OPTIONAL)                                                                       \
+    (ptr, pbase, psize), "CANN 9.0.0", OPTIONAL)                                                               \
   X(aclError, aclrtMemExportToShareableHandle, mem_export_to_shareable_handle,                                 \
     (aclrtDrvMemHandle handle, aclrtMemHandleType handleType, uint64_t flags, uint64_t *shareableHandle),      \
-    (handle, handleType, flags, shareableHandle), NULL, OPTIONAL)                                              \
+    (handle, handleType, flags, shareableHandle), "CANN 8.0.RC2", OPTIONAL)                                    \
   X(aclError, aclrtMemExportToShareableHandleV2, mem_export_to_shareable_handle_v2,                            \
     (aclrtDrvMemHandle handle, uint64_t flags, aclrtMemSharedHandleType shareType, void *shareableHandle),     \
-    (handle, flags, shareType, shareableHandle), NULL, OPTIONAL)                                               \
+    (handle, flags, shareType, shareableHandle), "CANN 8.5.0", OPTIONAL)                                       \
   X(aclError, aclrtMemSetPidToShareableHandle, mem_set_pid_to_shareable_handle,                                \
-    (uint64_t shareableHandle, int32_t *pid, size_t pidNum), (shareableHandle, pid, pidNum), NULL, OPTIONAL)   \
+    (uint64_t shareableHandle, int32_t *pid, size_t pidNum), (shareableHandle, pid, pidNum), "CANN 8.0.RC2", OPTIONAL) \
   X(aclError, aclrtMemSetPidToShareableHandleV2, mem_set_pid_to_shareable_handle_v2,                           \
     (void *shareableHandle, aclrtMemSharedHandleType shareType, int32_t *pid, size_t pidNum),                  \
-    (shareableHandle, shareType, pid, pidNum), NULL, OPTIONAL)                                                 \
+    (shareableHandle, shareType, pid, pidNum), "CANN 8.5.0", OPTIONAL)                                         \
   X(aclError, aclrtMemImportFromShareableHandle, mem_import_from_shareable_handle,                             \
     (uint64_t shareableHandle, int32_t deviceId, aclrtDrvMemHandle *handle), (shareableHandle, deviceId, handle), \
-    NULL, OPTIONAL)                                                                                            \
+    "CANN 8.0.RC2", OPTIONAL)                                                                                  \
   X(aclError, aclrtMemImportFromShareableHandleV2, mem_import_from_shareable_handle_v2,                        \
     (void *shareableHandle, aclrtMemSharedHandleType shareType, uint64_t flags, aclrtDrvMemHandle *handle),    \
-    (shareableHandle, shareType, flags, handle), NULL, OPTIONAL)
+    (shareableHandle, shareType, flags, handle), "CANN 8.5.0", OPTIONAL)
 
 
 /* The runtime around IPC that CANN programs call beside it, one list per part
@@ -178,17 +178,17 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
   X(aclError, aclrtSetCurrentContext, set_current_context, (aclrtContext context), (context), NULL, OPTIONAL)       \
   X(aclError, aclrtGetCurrentContext, get_current_context, (aclrtContext * context), (context), NULL, OPTIONAL)     \
   X(aclError, aclrtCtxGetCurrentDefaultStream, ctx_get_current_default_stream, (aclrtStream * stream),              \
-    (stream), NULL, OPTIONAL)                                                                                       \
+    (stream), "CANN 8.2.RC1", OPTIONAL)                                                                             \
   X(aclError, aclrtGetResInCurrentThread, get_res_in_current_thread,                                                \
     (aclrtDevResLimitType type, uint32_t * value),                                                                  \
-    (type, value), NULL, OPTIONAL)                                                                                  \
+    (type, value), "CANN 8.3.RC1", OPTIONAL)                                                                        \
   X(aclError, aclrtGetRunMode, get_run_mode, (aclrtRunMode * runMode), (runMode), NULL, OPTIONAL)                   \
   X(aipc_cstr, aclrtGetSocName, get_soc_name, (void), (), NULL, OPTIONAL)                                           \
   X(aclError, aclrtGetDeviceInfo, get_device_info, (uint32_t deviceId, aclrtDevAttr attr, int64_t * value),         \
-    (deviceId, attr, value), NULL, OPTIONAL)                                                                        \
+    (deviceId, attr, value), "CANN 8.2.RC1", OPTIONAL)                                                              \
   X(aclError, aclrtGetDeviceCapability, get_device_capability,                                                      \
     (int32_t deviceId, aclrtDevFeatureType devFeatureType, int32_t * value),                                        \
-    (deviceId, devFeatureType, value), NULL, OPTIONAL)                                                              \
+    (deviceId, devFeatureType, value), "CANN 8.3.RC1", OPTIONAL)                                                    \
   X(aclError, aclrtQueryDeviceStatus, query_device_status, (int32_t deviceId, aclrtDeviceStatus * deviceStatus),    \
     (deviceId, deviceStatus), NULL, OPTIONAL)                                                                       \
   X(aclError, aclrtGetDeviceUtilizationRate, get_device_utilization_rate,                                           \
@@ -196,24 +196,24 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
     (deviceId, utilizationInfo), NULL, OPTIONAL)                                                                    \
   X(aclError, aclrtDeviceGetStreamPriorityRange, device_get_stream_priority_range,                                  \
     (int32_t * leastPriority, int32_t * greatestPriority),                                                          \
-    (leastPriority, greatestPriority), NULL, OPTIONAL)                                                              \
+    (leastPriority, greatestPriority), "CANN 8.2.RC1", OPTIONAL)                                                    \
   X(aclError, aclrtSetDeviceResLimit, set_device_res_limit,                                                         \
     (int32_t deviceId, aclrtDevResLimitType type, uint32_t value),                                                  \
-    (deviceId, type, value), NULL, OPTIONAL)                                                                        \
+    (deviceId, type, value), "CANN 8.3.RC1", OPTIONAL)                                                              \
   X(aclError, aclrtGetDeviceResLimit, get_device_res_limit,                                                         \
     (int32_t deviceId, aclrtDevResLimitType type, uint32_t * value),                                                \
-    (deviceId, type, value), NULL, OPTIONAL)                                                                        \
-  X(aclError, aclrtResetDeviceResLimit, reset_device_res_limit, (int32_t deviceId), (deviceId), NULL, OPTIONAL)     \
+    (deviceId, type, value), "CANN 8.3.RC1", OPTIONAL)                                                              \
+  X(aclError, aclrtResetDeviceResLimit, reset_device_res_limit, (int32_t deviceId), (deviceId), "CANN 8.3.RC1", OPTIONAL) \
   X(aclError, aclrtSynchronizeDevice, synchronize_device, (void), (), NULL, OPTIONAL)                               \
   X(aclError, aclrtDeviceDisablePeerAccess, device_disable_peer_access, (int32_t peerDeviceId),                     \
     (peerDeviceId), NULL, OPTIONAL)                                                                                 \
   X(aclError, aclrtCheckArchCompatibility, check_arch_compatibility,                                                \
     (const char *socVersion, int32_t *canCompatible),                                                               \
-    (socVersion, canCompatible), NULL, OPTIONAL)                                                                    \
+    (socVersion, canCompatible), "CANN 8.5.0", OPTIONAL)                                                            \
   X(aclError, aclsysGetVersionStr, sys_get_version_str, (char *pkgName, char *versionStr),                          \
-    (pkgName, versionStr), NULL, OPTIONAL)                                                                          \
+    (pkgName, versionStr), "CANN 8.5.0", OPTIONAL)                                                                  \
   X(aclError, aclsysGetVersionNum, sys_get_version_num, (char *pkgName, int32_t *versionNum),                       \
-    (pkgName, versionNum), NULL, OPTIONAL)                                                                          \
+    (pkgName, versionNum), "CANN 8.5.0", OPTIONAL)                                                                  \
   X(aclError, aclGetCannAttributeList, get_cann_attribute_list, (const aclCannAttr **cannAttrList, size_t *num),    \
     (cannAttrList, num), NULL, OPTIONAL)                                                                            \
   X(aclError, aclGetCannAttribute, get_cann_attribute, (aclCannAttr cannAttr, int32_t *value),                      \
@@ -229,10 +229,10 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
     (void *outputAddr, size_t outputSize, aclrtStream stream),                                                      \
     (outputAddr, outputSize, stream), NULL, OPTIONAL)                                                               \
   X(aclError, aclrtResetOverflowStatus, reset_overflow_status, (aclrtStream stream), (stream), NULL, OPTIONAL)      \
-  X(aclError, aclrtGetLastError, get_last_error, (aclrtLastErrLevel level), (level), NULL, OPTIONAL)                \
-  X(aclError, aclrtPeekAtLastError, peek_at_last_error, (aclrtLastErrLevel level), (level), NULL, OPTIONAL)         \
+  X(aclError, aclrtGetLastError, get_last_error, (aclrtLastErrLevel level), (level), "CANN 8.0.RC3", OPTIONAL)      \
+  X(aclError, aclrtPeekAtLastError, peek_at_last_error, (aclrtLastErrLevel level), (level), "CANN 8.0.RC3", OPTIONAL) \
   X(aclError, aclrtGetErrorVerbose, get_error_verbose, (int32_t deviceId, aclrtErrorInfo * errorInfo),              \
-    (deviceId, errorInfo), NULL, OPTIONAL)
+    (deviceId, errorInfo), "CANN 8.5.0", OPTIONAL)
 
 /* stream configuration, failure modes, event and value tasks */
 #define AIPC_CALLS_STREAM(X)                                                                                          \
@@ -252,36 +252,36 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
   X(aclError, aclrtCreateStreamV2, create_stream_v2, (aclrtStream * stream, const aclrtStreamConfigHandle *handle),   \
     (stream, handle), NULL, OPTIONAL)                                                                                 \
   X(aclError, aclrtStreamGetFlags, stream_get_flags, (aclrtStream stream, uint32_t * flags),                          \
-    (stream, flags), NULL, OPTIONAL)                                                                                  \
+    (stream, flags), "CANN 8.5.0", OPTIONAL)                                                                          \
   X(aclError, aclrtStreamGetId, stream_get_id, (aclrtStream stream, int32_t * streamId),                              \
-    (stream, streamId), NULL, OPTIONAL)                                                                               \
+    (stream, streamId), "CANN 8.2.RC1", OPTIONAL)                                                                     \
   X(aclError, aclrtStreamGetPriority, stream_get_priority, (aclrtStream stream, uint32_t * priority),                 \
-    (stream, priority), NULL, OPTIONAL)                                                                               \
-  X(aclError, aclrtStreamAbort, stream_abort, (aclrtStream stream), (stream), NULL, OPTIONAL)                         \
-  X(aclError, aclrtStreamStop, stream_stop, (aclrtStream stream), (stream), NULL, OPTIONAL)                           \
+    (stream, priority), "CANN 8.5.0", OPTIONAL)                                                                       \
+  X(aclError, aclrtStreamAbort, stream_abort, (aclrtStream stream), (stream), "CANN 8.0.0", OPTIONAL)                 \
+  X(aclError, aclrtStreamStop, stream_stop, (aclrtStream stream), (stream), "CANN 8.5.0", OPTIONAL)                   \
   X(aclError, aclrtRegStreamStateCallback, reg_stream_state_callback,                                                 \
     (const char *regName, aclrtStreamStateCallback callback, void *args),                                             \
-    (regName, callback, args), NULL, OPTIONAL)                                                                        \
+    (regName, callback, args), "CANN 8.5.0", OPTIONAL)                                                                \
   X(aclError, aclrtResetEvent, reset_event, (aclrtEvent event, aclrtStream stream), (event, stream), NULL, OPTIONAL)  \
   X(aclError, aclrtEventGetTimestamp, event_get_timestamp, (aclrtEvent event, uint64_t * timestamp),                  \
-    (event, timestamp), NULL, OPTIONAL)                                                                               \
+    (event, timestamp), "CANN 8.5.0", OPTIONAL)                                                                       \
   X(aclError, aclrtRecordEventWithFlag, record_event_with_flag,                                                       \
     (aclrtEvent event, aclrtStream stream, uint32_t flag),                                                            \
-    (event, stream, flag), NULL, OPTIONAL)                                                                            \
+    (event, stream, flag), "CANN 9.2.0", OPTIONAL)                                                                    \
   X(aclError, aclrtStreamWaitEventWithFlag, stream_wait_event_with_flag,                                              \
     (aclrtStream stream, aclrtEvent event, uint32_t timeout, uint32_t flag),                                          \
-    (stream, event, timeout, flag), NULL, OPTIONAL)                                                                   \
+    (stream, event, timeout, flag), "CANN 9.2.0", OPTIONAL)                                                           \
   X(aclError, aclrtValueWrite, value_write, (void *devAddr, uint64_t value, uint32_t flag, aclrtStream stream),       \
-    (devAddr, value, flag, stream), NULL, OPTIONAL)                                                                   \
+    (devAddr, value, flag, stream), "CANN 8.5.0", OPTIONAL)                                                           \
   X(aclError, aclrtValueWait, value_wait, (void *devAddr, uint64_t value, uint32_t flag, aclrtStream stream),         \
-    (devAddr, value, flag, stream), NULL, OPTIONAL)                                                                   \
+    (devAddr, value, flag, stream), "CANN 8.5.0", OPTIONAL)                                                           \
   X(aclError, aclrtReduceAsync, reduce_async,                                                                         \
     (void *dst, const void *src, uint64_t count, aclrtReduceKind kind, aclDataType type, aclrtStream stream,          \
      void *reserve),                                                                                                  \
-    (dst, src, count, kind, type, stream, reserve), NULL, OPTIONAL)                                                   \
+    (dst, src, count, kind, type, stream, reserve), "CANN 8.5.0", OPTIONAL)                                           \
   X(aclError, aclrtRandomNumAsync, random_num_async,                                                                  \
     (const aclrtRandomNumTaskInfo *taskInfo, const aclrtStream stream, void *reserve),                                \
-    (taskInfo, stream, reserve), NULL, OPTIONAL)
+    (taskInfo, stream, reserve), "CANN 8.5.0", OPTIONAL)
 
 /* callbacks, host functions, exceptions, kernels */
 #define AIPC_CALLS_TASK(X)                                                                                          \
@@ -294,12 +294,12 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
   X(aclError, aclrtUnSubscribeReport, unsubscribe_report, (uint64_t threadId, aclrtStream stream),             \
     (threadId, stream), NULL, OPTIONAL)                                                                        \
   X(aclError, aclrtLaunchHostFunc, launch_host_func, (aclrtStream stream, aclrtHostFunc fn, void *args),       \
-    (stream, fn, args), NULL, OPTIONAL)                                                                        \
+    (stream, fn, args), "CANN 8.5.0", OPTIONAL)                                                                \
   X(aclError, aclrtSubscribeHostFunc, subscribe_host_func, (uint64_t hostFuncThreadId, aclrtStream exeStream), \
-    (hostFuncThreadId, exeStream), NULL, OPTIONAL)                                                             \
-  X(aclError, aclrtProcessHostFunc, process_host_func, (int32_t timeout), (timeout), NULL, OPTIONAL)           \
+    (hostFuncThreadId, exeStream), "CANN 8.5.0", OPTIONAL)                                                     \
+  X(aclError, aclrtProcessHostFunc, process_host_func, (int32_t timeout), (timeout), "CANN 8.5.0", OPTIONAL)   \
   X(aclError, aclrtUnSubscribeHostFunc, unsubscribe_host_func, (uint64_t hostFuncThreadId, aclrtStream exeStream), \
-    (hostFuncThreadId, exeStream), NULL, OPTIONAL)                                                             \
+    (hostFuncThreadId, exeStream), "CANN 8.5.0", OPTIONAL)                                                     \
   X(aclError, aclrtSetExceptionInfoCallback, set_exception_info_callback, (aclrtExceptionInfoCallback callback), \
     (callback), NULL, OPTIONAL)                                                                                \
   X(uint32_t, aclrtGetTaskIdFromExceptionInfo, get_task_id_from_exception_info, (const aclrtExceptionInfo *info), \
@@ -314,65 +314,65 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
     (const aclrtExceptionInfo *info), (info), NULL, OPTIONAL)                                                  \
   X(aclError, aclrtGetArgsFromExceptionInfo, get_args_from_exception_info,                                     \
     (const aclrtExceptionInfo *info, void **devArgsPtr, uint32_t *devArgsLen), (info, devArgsPtr, devArgsLen), \
-    NULL, OPTIONAL)                                                                                            \
+    "CANN 9.0.0", OPTIONAL)                                                                                    \
   X(aclError, aclrtGetFuncHandleFromExceptionInfo, get_func_handle_from_exception_info,                        \
-    (const aclrtExceptionInfo *info, aclrtFuncHandle *func), (info, func), NULL, OPTIONAL)                     \
-  X(aclError, aclrtGetThreadLastTaskId, get_thread_last_task_id, (uint32_t * taskId), (taskId), NULL, OPTIONAL) \
+    (const aclrtExceptionInfo *info, aclrtFuncHandle *func), (info, func), "CANN 9.0.0", OPTIONAL)             \
+  X(aclError, aclrtGetThreadLastTaskId, get_thread_last_task_id, (uint32_t * taskId), (taskId), "CANN 8.5.0", OPTIONAL) \
   X(aclError, aclrtBinaryLoadFromFile, binary_load_from_file,                                                  \
     (const char *binPath, aclrtBinaryLoadOptions *options, aclrtBinHandle *binHandle),                         \
-    (binPath, options, binHandle), NULL, OPTIONAL)                                                             \
-  X(aclError, aclrtBinaryUnLoad, binary_unload, (aclrtBinHandle binHandle), (binHandle), NULL, OPTIONAL)       \
+    (binPath, options, binHandle), "CANN 8.3.RC1", OPTIONAL)                                                   \
+  X(aclError, aclrtBinaryUnLoad, binary_unload, (aclrtBinHandle binHandle), (binHandle), "CANN 8.3.RC1", OPTIONAL) \
   X(aclError, aclrtBinaryGetFunction, binary_get_function,                                                     \
     (const aclrtBinHandle binHandle, const char *kernelName, aclrtFuncHandle *funcHandle),                     \
-    (binHandle, kernelName, funcHandle), NULL, OPTIONAL)                                                       \
+    (binHandle, kernelName, funcHandle), "CANN 8.3.RC1", OPTIONAL)                                             \
   X(aclError, aclrtKernelArgsInit, kernel_args_init, (aclrtFuncHandle funcHandle, aclrtArgsHandle *argsHandle), \
-    (funcHandle, argsHandle), NULL, OPTIONAL)                                                                  \
+    (funcHandle, argsHandle), "CANN 8.3.RC1", OPTIONAL)                                                        \
   X(aclError, aclrtKernelArgsAppend, kernel_args_append,                                                       \
     (aclrtArgsHandle argsHandle, void *param, size_t paramSize, aclrtParamHandle *paramHandle),                \
-    (argsHandle, param, paramSize, paramHandle), NULL, OPTIONAL)                                               \
+    (argsHandle, param, paramSize, paramHandle), "CANN 8.3.RC1", OPTIONAL)                                     \
   X(aclError, aclrtKernelArgsAppendPlaceHolder, kernel_args_append_place_holder,                               \
-    (aclrtArgsHandle argsHandle, aclrtParamHandle *paramHandle), (argsHandle, paramHandle), NULL, OPTIONAL)    \
+    (aclrtArgsHandle argsHandle, aclrtParamHandle *paramHandle), (argsHandle, paramHandle), "CANN 8.3.RC1", OPTIONAL) \
   X(aclError, aclrtKernelArgsGetPlaceHolderBuffer, kernel_args_get_place_holder_buffer,                        \
     (aclrtArgsHandle argsHandle, aclrtParamHandle paramHandle, size_t dataSize, void **bufferAddr),            \
-    (argsHandle, paramHandle, dataSize, bufferAddr), NULL, OPTIONAL)                                           \
-  X(aclError, aclrtKernelArgsFinalize, kernel_args_finalize, (aclrtArgsHandle argsHandle), (argsHandle), NULL, \
+    (argsHandle, paramHandle, dataSize, bufferAddr), "CANN 8.3.RC1", OPTIONAL)                                 \
+  X(aclError, aclrtKernelArgsFinalize, kernel_args_finalize, (aclrtArgsHandle argsHandle), (argsHandle), "CANN 8.3.RC1", \
     OPTIONAL)                                                                                                  \
   X(aclError, aclrtLaunchKernelWithConfig, launch_kernel_with_config,                                          \
     (aclrtFuncHandle funcHandle, uint32_t numBlocks, aclrtStream stream, aclrtLaunchKernelCfg *cfg,            \
      aclrtArgsHandle argsHandle, void *reserve),                                                               \
-    (funcHandle, numBlocks, stream, cfg, argsHandle, reserve), NULL, OPTIONAL)
+    (funcHandle, numBlocks, stream, cfg, argsHandle, reserve), "CANN 8.3.RC1", OPTIONAL)
 
 #define AIPC_CALLS_MODEL(X) /* managed and registered host memory, allocators, labels, model runtime instances */ \
-  X(aclError, aclrtMemAllocManaged, mem_alloc_managed, (void **ptr, uint64_t size, uint32_t flag), (ptr, size, flag), NULL, OPTIONAL) \
-  X(aclError, aclrtHostRegisterV2, host_register_v2, (void *ptr, uint64_t size, uint32_t flag), (ptr, size, flag), NULL, OPTIONAL) \
-  X(aclError, aclrtHostGetDevicePointer, host_get_device_pointer, (void *pHost, void **pDevice, uint32_t flag), (pHost, pDevice, flag), NULL, OPTIONAL) \
-  X(aclError, aclrtHostUnregister, host_unregister, (void *ptr), (ptr), NULL, OPTIONAL) \
-  X(aclrtAllocatorDesc, aclrtAllocatorCreateDesc, allocator_create_desc, (void), (), NULL, OPTIONAL) \
-  X(aclError, aclrtAllocatorDestroyDesc, allocator_destroy_desc, (aclrtAllocatorDesc allocatorDesc), (allocatorDesc), NULL, OPTIONAL) \
-  X(aclError, aclrtAllocatorSetObjToDesc, allocator_set_obj_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocator allocator), (allocatorDesc, allocator), NULL, OPTIONAL) \
-  X(aclError, aclrtAllocatorSetAllocFuncToDesc, allocator_set_alloc_func_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocatorAllocFunc func), (allocatorDesc, func), NULL, OPTIONAL) \
-  X(aclError, aclrtAllocatorSetFreeFuncToDesc, allocator_set_free_func_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocatorFreeFunc func), (allocatorDesc, func), NULL, OPTIONAL) \
-  X(aclError, aclrtAllocatorSetAllocAdviseFuncToDesc, allocator_set_alloc_advise_func_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocatorAllocAdviseFunc func), (allocatorDesc, func), NULL, OPTIONAL) \
-  X(aclError, aclrtAllocatorSetGetAddrFromBlockFuncToDesc, allocator_set_get_addr_from_block_func_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocatorGetAddrFromBlockFunc func), (allocatorDesc, func), NULL, OPTIONAL) \
-  X(aclError, aclrtAllocatorRegister, allocator_register, (aclrtStream stream, aclrtAllocatorDesc allocatorDesc), (stream, allocatorDesc), NULL, OPTIONAL) \
-  X(aclError, aclrtAllocatorGetByStream, allocator_get_by_stream, (aclrtStream stream, aclrtAllocatorDesc *allocatorDesc, aclrtAllocator *allocator, aclrtAllocatorAllocFunc *allocFunc, aclrtAllocatorFreeFunc *freeFunc, aclrtAllocatorAllocAdviseFunc *allocAdviseFunc, aclrtAllocatorGetAddrFromBlockFunc *getAddrFromBlockFunc), (stream, allocatorDesc, allocator, allocFunc, freeFunc, allocAdviseFunc, getAddrFromBlockFunc), NULL, OPTIONAL) \
-  X(aclError, aclrtAllocatorUnregister, allocator_unregister, (aclrtStream stream), (stream), NULL, OPTIONAL) \
-  X(aclError, aclrtCreateLabel, create_label, (aclrtLabel *label), (label), NULL, OPTIONAL) \
-  X(aclError, aclrtSetLabel, set_label, (aclrtLabel label, aclrtStream stream), (label, stream), NULL, OPTIONAL) \
-  X(aclError, aclrtDestroyLabel, destroy_label, (aclrtLabel label), (label), NULL, OPTIONAL) \
-  X(aclError, aclrtCreateLabelList, create_label_list, (aclrtLabel *labels, size_t num, aclrtLabelList *labelList), (labels, num, labelList), NULL, OPTIONAL) \
-  X(aclError, aclrtDestroyLabelList, destroy_label_list, (aclrtLabelList labelList), (labelList), NULL, OPTIONAL) \
-  X(aclError, aclrtSwitchLabelByIndex, switch_label_by_index, (void *ptr, uint32_t maxValue, aclrtLabelList labelList, aclrtStream stream), (ptr, maxValue, labelList, stream), NULL, OPTIONAL) \
-  X(aclError, aclmdlRIBuildBegin, mdl_ri_build_begin, (aclmdlRI *modelRI, uint32_t flag), (modelRI, flag), NULL, OPTIONAL) \
-  X(aclError, aclmdlRIBindStream, mdl_ri_bind_stream, (aclmdlRI modelRI, aclrtStream stream, uint32_t flag), (modelRI, stream, flag), NULL, OPTIONAL) \
-  X(aclError, aclmdlRIEndTask, mdl_ri_end_task, (aclmdlRI modelRI, aclrtStream stream), (modelRI, stream), NULL, OPTIONAL) \
-  X(aclError, aclmdlRIBuildEnd, mdl_ri_build_end, (aclmdlRI modelRI, void *reserve), (modelRI, reserve), NULL, OPTIONAL) \
-  X(aclError, aclmdlRIUnbindStream, mdl_ri_unbind_stream, (aclmdlRI modelRI, aclrtStream stream), (modelRI, stream), NULL, OPTIONAL) \
-  X(aclError, aclmdlRIExecuteAsync, mdl_ri_execute_async, (aclmdlRI modelRI, aclrtStream stream), (modelRI, stream), NULL, OPTIONAL) \
-  X(aclError, aclmdlRIDestroy, mdl_ri_destroy, (aclmdlRI modelRI), (modelRI), NULL, OPTIONAL) \
-  X(aclError, aclmdlRICaptureBegin, mdl_ri_capture_begin, (aclrtStream stream, aclmdlRICaptureMode mode), (stream, mode), NULL, OPTIONAL) \
-  X(aclError, aclmdlRICaptureGetInfo, mdl_ri_capture_get_info, (aclrtStream stream, aclmdlRICaptureStatus *status, aclmdlRI *modelRI), (stream, status, modelRI), NULL, OPTIONAL) \
-  X(aclError, aclmdlRICaptureEnd, mdl_ri_capture_end, (aclrtStream stream, aclmdlRI *modelRI), (stream, modelRI), NULL, OPTIONAL)
+  X(aclError, aclrtMemAllocManaged, mem_alloc_managed, (void **ptr, uint64_t size, uint32_t flag), (ptr, size, flag), "CANN 9.0.0", OPTIONAL) \
+  X(aclError, aclrtHostRegisterV2, host_register_v2, (void *ptr, uint64_t size, uint32_t flag), (ptr, size, flag), "CANN 8.5.0", OPTIONAL) \
+  X(aclError, aclrtHostGetDevicePointer, host_get_device_pointer, (void *pHost, void **pDevice, uint32_t flag), (pHost, pDevice, flag), "CANN 8.5.0", OPTIONAL) \
+  X(aclError, aclrtHostUnregister, host_unregister, (void *ptr), (ptr), "CANN 8.5.0", OPTIONAL) \
+  X(aclrtAllocatorDesc, aclrtAllocatorCreateDesc, allocator_create_desc, (void), (), "CANN 8.1.RC1", OPTIONAL) \
+  X(aclError, aclrtAllocatorDestroyDesc, allocator_destroy_desc, (aclrtAllocatorDesc allocatorDesc), (allocatorDesc), "CANN 8.1.RC1", OPTIONAL) \
+  X(aclError, aclrtAllocatorSetObjToDesc, allocator_set_obj_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocator allocator), (allocatorDesc, allocator), "CANN 8.1.RC1", OPTIONAL) \
+  X(aclError, aclrtAllocatorSetAllocFuncToDesc, allocator_set_alloc_func_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocatorAllocFunc func), (allocatorDesc, func), "CANN 8.1.RC1", OPTIONAL) \
+  X(aclError, aclrtAllocatorSetFreeFuncToDesc, allocator_set_free_func_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocatorFreeFunc func), (allocatorDesc, func), "CANN 8.1.RC1", OPTIONAL) \
+  X(aclError, aclrtAllocatorSetAllocAdviseFuncToDesc, allocator_set_alloc_advise_func_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocatorAllocAdviseFunc func), (allocatorDesc, func), "CANN 8.1.RC1", OPTIONAL) \
+  X(aclError, aclrtAllocatorSetGetAddrFromBlockFuncToDesc, allocator_set_get_addr_from_block_func_to_desc, (aclrtAllocatorDesc allocatorDesc, aclrtAllocatorGetAddrFromBlockFunc func), (allocatorDesc, func), "CANN 8.1.RC1", OPTIONAL) \
+  X(aclError, aclrtAllocatorRegister, allocator_register, (aclrtStream stream, aclrtAllocatorDesc allocatorDesc), (stream, allocatorDesc), "CANN 8.1.RC1", OPTIONAL) \
+  X(aclError, aclrtAllocatorGetByStream, allocator_get_by_stream, (aclrtStream stream, aclrtAllocatorDesc *allocatorDesc, aclrtAllocator *allocator, aclrtAllocatorAllocFunc *allocFunc, aclrtAllocatorFreeFunc *freeFunc, aclrtAllocatorAllocAdviseFunc *allocAdviseFunc, aclrtAllocatorGetAddrFromBlockFunc *getAddrFromBlockFunc), (stream, allocatorDesc, allocator, allocFunc, freeFunc, allocAdviseFunc, getAddrFromBlockFunc), "CANN 8.5.0", OPTIONAL) \
+  X(aclError, aclrtAllocatorUnregister, allocator_unregister, (aclrtStream stream), (stream), "CANN 8.1.RC1", OPTIONAL) \
+  X(aclError, aclrtCreateLabel, create_label, (aclrtLabel *label), (label), "CANN 8.3.RC1", OPTIONAL) \
+  X(aclError, aclrtSetLabel, set_label, (aclrtLabel label, aclrtStream stream), (label, stream), "CANN 8.3.RC1", OPTIONAL) \
+  X(aclError, aclrtDestroyLabel, destroy_label, (aclrtLabel label), (label), "CANN 8.3.RC1", OPTIONAL) \
+  X(aclError, aclrtCreateLabelList, create_label_list, (aclrtLabel *labels, size_t num, aclrtLabelList *labelList), (labels, num, labelList), "CANN 8.3.RC1", OPTIONAL) \
+  X(aclError, aclrtDestroyLabelList, destroy_label_list, (aclrtLabelList labelList), (labelList), "CANN 8.3.RC1", OPTIONAL) \
+  X(aclError, aclrtSwitchLabelByIndex, switch_label_by_index, (void *ptr, uint32_t maxValue, aclrtLabelList labelList, aclrtStream stream), (ptr, maxValue, labelList, stream), "CANN 8.3.RC1", OPTIONAL) \
+  X(aclError, aclmdlRIBuildBegin, mdl_ri_build_begin, (aclmdlRI *modelRI, uint32_t flag), (modelRI, flag), "CANN 8.3.RC1", OPTIONAL) \
+  X(aclError, aclmdlRIBindStream, mdl_ri_bind_stream, (aclmdlRI modelRI, aclrtStream stream, uint32_t flag), (modelRI, stream, flag), "CANN 8.3.RC1", OPTIONAL) \
+  X(aclError, aclmdlRIEndTask, mdl_ri_end_task, (aclmdlRI modelRI, aclrtStream stream), (modelRI, stream), "CANN 8.3.RC1", OPTIONAL) \
+  X(aclError, aclmdlRIBuildEnd, mdl_ri_build_end, (aclmdlRI modelRI, void *reserve), (modelRI, reserve), "CANN 8.3.RC1", OPTIONAL) \
+  X(aclError, aclmdlRIUnbindStream, mdl_ri_unbind_stream, (aclmdlRI modelRI, aclrtStream stream), (modelRI, stream), "CANN 8.3.RC1", OPTIONAL) \
+  X(aclError, aclmdlRIExecuteAsync, mdl_ri_execute_async, (aclmdlRI modelRI, aclrtStream stream), (modelRI, stream), "CANN 8.1.RC1", OPTIONAL) \
+  X(aclError, aclmdlRIDestroy, mdl_ri_destroy, (aclmdlRI modelRI), (modelRI), "CANN 8.1.RC1", OPTIONAL) \
+  X(aclError, aclmdlRICaptureBegin, mdl_ri_capture_begin, (aclrtStream stream, aclmdlRICaptureMode mode), (stream, mode), "CANN 8.1.RC1", OPTIONAL) \
+  X(aclError, aclmdlRICaptureGetInfo, mdl_ri_capture_get_info, (aclrtStream stream, aclmdlRICaptureStatus *status, aclmdlRI *modelRI), (stream, status, modelRI), "CANN 8.1.RC1", OPTIONAL) \
+  X(aclError, aclmdlRICaptureEnd, mdl_ri_capture_end, (aclrtStream stream, aclmdlRI *modelRI), (stream, modelRI), "CANN 8.1.RC1", OPTIONAL)
 
 #define AIPC_CALLS(X) AIPC_CALLS_CORE(X) AIPC_CALLS_CONTEXT(X) AIPC_CALLS_STREAM(X) AIPC_CALLS_TASK(X) AIPC_CALLS_MODEL(X)
 

@@ -314,8 +314,8 @@ static aclError usable(const char *call, const event *e) {
                       "%s: the event was created with ACL_EVENT_DEVICE_USE_ONLY: only device code may use it", call);
   if (e->flags & ACL_EVENT_EXTERNAL)
     return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                      "%s: the event was created with ACL_EVENT_EXTERNAL, which is for graph capture; the emulator "
-                      "has no graph capture",
+                      "%s: the event was created with ACL_EVENT_EXTERNAL, which is for updating the tasks of a "
+                      "captured model; the emulator does not update captured tasks",
                       call);
   return ACL_SUCCESS;
 }

@@ -867,8 +867,9 @@ aclError aipc__mem_copy(const char *call, void *dst, size_t destMax, const void 
 
 /* Lock held (shared or exclusive). */
 /* CANN documents aclrtMemset(Async) for host and device memory alike, told
- * apart by the address; host memory must come from the runtime
- * (aclrtMallocHost): any other is undefined behaviour there, refused here. */
+ * apart by the address. On a stream, and where the runtime runs work on a
+ * device, host memory must come from the runtime (aclrtMallocHost): other
+ * host memory may be gone by the time the task runs; refused here. */
 static aclError memset_check(const char *call, void *devPtr, size_t count) {
   operand o = {false, false, -1, false};
   aclError rc = classify(call, "devPtr", devPtr, count, &o);
@@ -896,6 +897,29 @@ aclError aipc__mem_memset(const char *call, void *devPtr, int value, size_t coun
   return rc;
 }
 
+/* aclrtMemset: CANN's synchronous path hands any address to the driver,
+ * which sets host memory it did not allocate too (CANN's sample 12 clears a
+ * sockaddr on the stack with it). The emulator does the same for memory
+ * that is none of its own, through a write that reports a page it cannot
+ * write instead of faulting; its own memory (device blocks, freed device
+ * memory, reservations, aclrtMallocHost) keeps every check. */
+static aclError memset_sync(const char *call, void *devPtr, int value, size_t count) {
+  aipc__mem_rdlock();
+  operand o = {false, false, -1, false};
+  aclError rc = classify(call, "devPtr", devPtr, count, &o);
+  if (rc == ACL_SUCCESS) {
+    if (o.device || o.acl_host) {
+      memset(devPtr, value, count);
+    } else if (aipc__os_fill_checked(devPtr, value, count) != 0) {
+      int e = errno;
+      rc = aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr range [%p, +%zu) is not writable host memory (%s)", call,
+                      devPtr, count, strerror(e));
+    }
+  }
+  aipc__mem_unlock();
+  return rc;
+}
+
 aclError aipc__mem_run_on_device(const char *call, void *a, size_t na, const void *b, size_t nb,
                                  void (*fn)(void *arg), void *arg) {
   aipc__mem_rdlock();
@@ -912,7 +936,7 @@ aclError aipc__emu_memset(void *devPtr, size_t maxCount, int32_t value, size_t c
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
   if (count > maxCount)
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than maxCount %zu", call, count, maxCount);
-  return aipc__mem_memset(call, devPtr, (int)(value & 0xff), count);
+  return memset_sync(call, devPtr, (int)(value & 0xff), count);
 }
 
 /* ---- teardown and fork -------------------------------------------------- */

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/utsname.h>
 #include <linux/futex.h>
 #include <time.h>
@@ -204,6 +205,32 @@ static ssize_t read_urandom(void *buf, size_t n) {
   close(fd);
   errno = e;
   return r;
+}
+
+int aipc__os_fill_checked(void *p, int value, size_t n) {
+  /* The kernel writes through this process's page tables as it would for a
+   * debugger: an unmapped or read-only page is EFAULT, not a signal. */
+  static _Thread_local unsigned char chunk[16384];
+  memset(chunk, value, sizeof chunk);
+  struct iovec local[16];
+  for (int i = 0; i < 16; i++) local[i] = (struct iovec){chunk, sizeof chunk};
+  char *at = p;
+  while (n > 0) {
+    size_t want = n < 16 * sizeof chunk ? n : 16 * sizeof chunk;
+    struct iovec remote = {at, want};
+    ssize_t done = process_vm_writev(getpid(), local, 16, &remote, 1, 0);
+    if (done < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (done == 0) {
+      errno = EFAULT; /* a partial write stops at the first page it cannot write */
+      return -1;
+    }
+    at += done;
+    n -= (size_t)done;
+  }
+  return 0;
 }
 
 ssize_t aipc__os_getrandom(void *buf, size_t n) {

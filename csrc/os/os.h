@@ -140,6 +140,10 @@ const char *aipc__os_memfd_error_text(int e, char *buf, size_t cap);
 /* getrandom(buf, n, 0): up to n bytes from the kernel's generator; the count,
  * or -1 and errno (EINTR: call again). */
 ssize_t aipc__os_getrandom(void *buf, size_t n);
+/* Sets n bytes at p, this process's memory, to value, without a signal
+ * when part of it is not writable: 0, or -1 with errno (EFAULT: a page in
+ * the range is unmapped or read-only; what came before it is set). */
+int aipc__os_fill_checked(void *p, int value, size_t n);
 
 /* ---- the descriptor limit -------------------------------------------------- */
 

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -799,15 +800,35 @@ TEST(float16_conversions) {
 
 /* ---- aclrtMemset of host memory (2_device_P2P) --------------------------------- */
 
-TEST(memset_sets_host_memory_of_malloc_host_only) {
+TEST(memset_sets_host_memory_of_malloc_host_and_plain_host_memory) {
   void *h = NULL;
   CHECK_OK(aclrtMallocHost(&h, 100));
   CHECK_OK(aclrtMemset(h, 100, 0x1ab, 100));
   CHECK_EQ(((unsigned char *)h)[0], 0xab);
   CHECK_EQ(((unsigned char *)h)[99], 0xab);
   CHECK_MSG(aclrtMemset((char *)h + 4090, 100, 0, 100), ACL_ERROR_INVALID_PARAM, "");
+  /* Plain host memory too, as CANN's driver sets it (sample 12 clears a
+   * sockaddr on the stack): only where every page is writable. */
   char plain[16];
-  CHECK_MSG(aclrtMemset(plain, 16, 0, 16), ACL_ERROR_INVALID_PARAM, "aclrtMallocHost");
+  memset(plain, 1, sizeof plain);
+  CHECK_OK(aclrtMemset(plain, 16, 0, 15));
+  CHECK_EQ(plain[0], 0);
+  CHECK_EQ(plain[14], 0);
+  CHECK_EQ(plain[15], 1);
+  long pg = sysconf(_SC_PAGESIZE);
+  char *two = mmap(NULL, 2 * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(two != MAP_FAILED);
+  CHECK_OK(aclrtMemset(two, 2 * (size_t)pg, 0x5c, 2 * (size_t)pg));
+  CHECK_EQ((unsigned char)two[2 * pg - 1], 0x5c);
+  CHECK(mprotect(two + pg, (size_t)pg, PROT_READ) == 0);
+  CHECK_MSG(aclrtMemset(two, 2 * (size_t)pg, 0, 2 * (size_t)pg), ACL_ERROR_INVALID_PARAM, "not writable host memory");
+  CHECK_EQ((unsigned char)two[pg], 0x5c);
+  CHECK(munmap(two + pg, (size_t)pg) == 0);
+  CHECK_MSG(aclrtMemset(two + pg, (size_t)pg, 0, (size_t)pg), ACL_ERROR_INVALID_PARAM, "not writable host memory");
+  CHECK(munmap(two, (size_t)pg) == 0);
+  /* The stream form takes memory of the runtime only: plain memory may be
+   * gone when the task runs. */
+  CHECK_MSG(aclrtMemsetAsync(plain, 16, 0, 16, NULL), ACL_ERROR_INVALID_PARAM, "aclrtMallocHost");
   /* The stream form too, as CANN documents it. */
   CHECK_OK(aclrtMemsetAsync(h, 100, 0x22, 100, NULL));
   CHECK_OK(aclrtSynchronizeStream(NULL));
