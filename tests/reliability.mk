@@ -112,7 +112,8 @@ TSAN_TESTS_resilience = threads_sharing_a_connection_through_stops_and_timeouts 
 # so no deadlock, but TSan's lock-order check cannot see that.
 TSAN_TESTS_creds_internal = same_user_flood_capped_exporter_keeps_working privilege_drop_refused_on_the_same_connection
 # Stream workers publishing records and notifies while other threads wait, query and destroy;
-# events recorded, waited for, reset, timed and synchronized with timeouts across streams.
+# events recorded, waited for, reset, timed and synchronized with timeouts across streams (the
+# tests of IPC events between processes fork while stream workers run: left out).
 TSAN_TESTS_events = create_flags_follow_cann handles_are_checked status_before_and_after_a_record \
   stream_wait_holds_back_later_work a_wait_keeps_the_record_it_saw stream_wait_rules \
   failed_work_fails_the_event synchronize_with_timeout elapsed_time destroy_with_work_pending_is_safe \
@@ -149,7 +150,7 @@ tsan:
 	$(MAKE) BUILD=build-tsan OPT=-O1 CFLAGS="-fsanitize=thread" LDFLAGS="-fsanitize=thread" \
 	  build-tsan/tests/test_ipc_scale build-tsan/tests/test_ipc_resilience build-tsan/tests/test_ipc_creds_internal \
 	  build-tsan/tests/test_events build-tsan/tests/test_notify build-tsan/tests/test_vmm \
-	  $(addprefix build-tsan/tests/test_,$(TSAN_WHOLE)) build-tsan/tests/test_kernels.so
+	  $(addprefix build-tsan/tests/test_,$(TSAN_WHOLE)) build-tsan/tests/test_kernels.so # test_kernel dlopens it
 	$(TSAN_ENV) build-tsan/tests/test_ipc_scale $(TSAN_TESTS_scale)
 	$(TSAN_ENV) build-tsan/tests/test_ipc_resilience $(TSAN_TESTS_resilience)
 	$(TSAN_ENV):detect_deadlocks=0 build-tsan/tests/test_ipc_creds_internal $(TSAN_TESTS_creds_internal)
