@@ -8,7 +8,7 @@
 #                      the committed corpus (tests/fuzz/corpus/<target>), then
 #                      FUZZ_RUNS coverage-guided mutations each (fixed seed): CI
 #   make tsan          ThreadSanitizer over the tests where threads share IPC
-#                      state (not in CI); in build-tsan/
+#                      or runtime state (not in CI); in build-tsan/
 #   make fuzz          FUZZ_TIME seconds of fuzzing per target: libFuzzer when
 #                      clang is installed, else the gcc driver (coverage-guided
 #                      through -fsanitize-coverage=trace-pc); new inputs go to
@@ -93,9 +93,14 @@ fuzz: $(addprefix $(FUZZ_OUT)/$(FUZZ_KIND)/fuzz_,$(FUZZ_TARGETS))
 	  grep -E "^(==driver==|Done|stat::number_of_executed_units|stat::new_units_added|#[0-9]+ *DONE)" $(FUZZ_OUT)/fuzz_$$t.log || true; \
 	done
 
-# ---- ThreadSanitizer over the tests where threads share IPC state ---------------
+# ---- ThreadSanitizer over the tests where threads share state ----------------
 # Not in CI (timing-bound tests slow down under TSan); run it after changing the
-# importer's connection sharing or the exporter's locking.
+# importer's connection sharing, the exporter's locking, or the runtime's threads
+# (stream workers, callbacks, contexts, models, kernels).
+#
+# Left out everywhere: tests that fork while runtime threads run and start
+# threads in the child (TSan cannot follow that: "starting new threads after
+# multi-threaded fork is not supported"), and tests whose checks are timing-bound.
 
 TSAN_TESTS_scale = many_threads_export_import_close_at_once threads_importing_one_key_each_get_a_mapping
 TSAN_TESTS_resilience = threads_sharing_a_connection_through_stops_and_timeouts \
@@ -106,21 +111,50 @@ TSAN_TESTS_resilience = threads_sharing_a_connection_through_stops_and_timeouts 
 # identity lock, and fork's prepare takes them the other way round; both under the exporter's lock,
 # so no deadlock, but TSan's lock-order check cannot see that.
 TSAN_TESTS_creds_internal = same_user_flood_capped_exporter_keeps_working privilege_drop_refused_on_the_same_connection
-# Stream workers publishing records and notifies while other threads wait, query and destroy.
-TSAN_TESTS_events = stream_wait_holds_back_later_work a_wait_keeps_the_record_it_saw destroy_with_work_pending_is_safe \
-  failed_work_fails_the_event ipc_handle_rules
+# Stream workers publishing records and notifies while other threads wait, query and destroy;
+# events recorded, waited for, reset, timed and synchronized with timeouts across streams (the
+# tests of IPC events between processes fork while stream workers run: left out).
+TSAN_TESTS_events = create_flags_follow_cann handles_are_checked status_before_and_after_a_record \
+  stream_wait_holds_back_later_work a_wait_keeps_the_record_it_saw stream_wait_rules \
+  failed_work_fails_the_event synchronize_with_timeout elapsed_time destroy_with_work_pending_is_safe \
+  ipc_handle_rules forged_and_stale_handles_are_refused
 TSAN_TESTS_notify = one_record_releases_one_wait wait_queued_before_the_record_holds_the_stream
 # Threads mapping, sharing, copying and unmapping physical memory at once.
 TSAN_TESTS_vmm = threads_map_share_and_copy_at_once mapped_memory_on_streams
+
+# The runtime's threaded parts, each binary whole but for what is named here
+# (so a new test is covered without being listed): callbacks and host functions
+# on runtime threads, stream state callbacks, abort/stop and failure modes,
+# value wait/write, contexts current per thread, the last error per thread,
+# kernels with cancel, model capture and replay, host memory, allocators,
+# streams, devices and allocations used from many threads.
+TSAN_SKIP_callback = fork_child_starts_clean fork_while_a_callback_waits process_waits_its_timeout
+TSAN_SKIP_stream_config = value_wait_on_a_word_another_process_writes a_forked_child_starts_clean
+TSAN_SKIP_context = fork_child_starts_on_default_contexts
+TSAN_SKIP_kernel =
+TSAN_SKIP_model = fork_and_finalize_leave_nothing_behind
+TSAN_SKIP_hostmem =
+TSAN_SKIP_runtime = fork_child_starts_clean fork_while_other_threads_use_the_runtime d2d_bandwidth
+TSAN_WHOLE = callback stream_config context kernel model hostmem runtime
+
+TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0
+# The tests of build-tsan/tests/test_$(1) but those in TSAN_SKIP_$(1).
+tsan_tests_of = $$(build-tsan/tests/test_$(1) -l | grep -vxF -e '' $(addprefix -e ,$(TSAN_SKIP_$(1))))
+define tsan_run
+$(TSAN_ENV) build-tsan/tests/test_$(1) $(call tsan_tests_of,$(1))
+
+endef
 
 .PHONY: tsan
 tsan:
 	$(MAKE) BUILD=build-tsan OPT=-O1 CFLAGS="-fsanitize=thread" LDFLAGS="-fsanitize=thread" \
 	  build-tsan/tests/test_ipc_scale build-tsan/tests/test_ipc_resilience build-tsan/tests/test_ipc_creds_internal \
-	  build-tsan/tests/test_events build-tsan/tests/test_notify build-tsan/tests/test_vmm
-	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_ipc_scale $(TSAN_TESTS_scale)
-	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_ipc_resilience $(TSAN_TESTS_resilience)
-	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0:detect_deadlocks=0 build-tsan/tests/test_ipc_creds_internal $(TSAN_TESTS_creds_internal)
-	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_events $(TSAN_TESTS_events)
-	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_notify $(TSAN_TESTS_notify)
-	TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 build-tsan/tests/test_vmm $(TSAN_TESTS_vmm)
+	  build-tsan/tests/test_events build-tsan/tests/test_notify build-tsan/tests/test_vmm \
+	  $(addprefix build-tsan/tests/test_,$(TSAN_WHOLE)) build-tsan/tests/test_kernels.so # test_kernel dlopens it
+	$(TSAN_ENV) build-tsan/tests/test_ipc_scale $(TSAN_TESTS_scale)
+	$(TSAN_ENV) build-tsan/tests/test_ipc_resilience $(TSAN_TESTS_resilience)
+	$(TSAN_ENV):detect_deadlocks=0 build-tsan/tests/test_ipc_creds_internal $(TSAN_TESTS_creds_internal)
+	$(TSAN_ENV) build-tsan/tests/test_events $(TSAN_TESTS_events)
+	$(TSAN_ENV) build-tsan/tests/test_notify $(TSAN_TESTS_notify)
+	$(TSAN_ENV) build-tsan/tests/test_vmm $(TSAN_TESTS_vmm)
+	$(foreach t,$(TSAN_WHOLE),$(call tsan_run,$(t)))

@@ -973,6 +973,10 @@ void aipc__mem_atfork_prepare(void) { aipc__mem_wrlock(); }
 void aipc__mem_atfork_parent(void) { aipc__mem_unlock(); }
 
 void aipc__mem_atfork_child(void) {
+  /* Released (this thread took it in prepare), then remade: the release lets
+   * ThreadSanitizer see it free; remade since readers that were waiting, in
+   * threads the child does not have, may still be counted in it. */
+  aipc__mem_unlock();
   g_lock = (pthread_rwlock_t)PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
   /* The parent's blocks stay mapped here but are no longer ours to manage;
    * their memfds are closed, so nothing here can share them on. */

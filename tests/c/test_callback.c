@@ -122,9 +122,9 @@ TEST(block_holds_back_later_tasks) {
  * callback can wait for that later task (with BLOCK this would never end). */
 static atomic_int g_later_ran;
 static void wait_for_later(void *arg) {
-  int *ok = arg;
+  atomic_int *ok = arg; /* read by the test's thread: NO_BLOCK, so no synchronize orders it */
   for (int i = 0; i < 5000 && !atomic_load(&g_later_ran); i++) sleep_ms(1);
-  *ok = atomic_load(&g_later_ran);
+  atomic_store(ok, atomic_load(&g_later_ran));
 }
 static void mark_later(void *arg) {
   (void)arg;
@@ -136,12 +136,12 @@ TEST(no_block_lets_later_tasks_run) {
   processor p;
   processor_start(&p, false);
   CHECK_OK(aclrtSubscribeReport((uint64_t)p.t, s));
-  int ok = 0;
+  atomic_int ok = 0;
   CHECK_OK(aclrtLaunchCallback(wait_for_later, &ok, ACL_CALLBACK_NO_BLOCK, s));
   CHECK_OK(aclrtLaunchHostFunc(s, mark_later, NULL));
   CHECK_OK(aclrtSynchronizeStream(s));
-  for (int i = 0; i < 5000 && !ok; i++) sleep_ms(1);
-  CHECK_EQ(ok, 1);
+  for (int i = 0; i < 5000 && !atomic_load(&ok); i++) sleep_ms(1);
+  CHECK_EQ(atomic_load(&ok), 1);
   processor_stop(&p);
   CHECK_OK(aclFinalize());
 }
@@ -501,13 +501,13 @@ TEST(thread_last_task_id) {
   CHECK_ACL(aclrtGetThreadLastTaskId(NULL), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtGetThreadLastTaskId(&id), ACL_ERROR_RT_PARAM_INVALID); /* nothing queued yet */
   aclrtStream s = stream_new();
-  seen a = {0};
+  seen a = {0}, b = {0}; /* one per stream: the two run at once */
   CHECK_OK(aclrtLaunchHostFunc(s, record_cb, &a));
   CHECK_OK(aclrtGetThreadLastTaskId(&id));
   CHECK_OK(aclrtLaunchHostFunc(s, record_cb, &a));
   CHECK_OK(aclrtGetThreadLastTaskId(&id2));
   CHECK_EQ(id2, id + 1);
-  CHECK_OK(aclrtLaunchHostFunc(NULL, record_cb, &a)); /* the default stream's tasks do not count */
+  CHECK_OK(aclrtLaunchHostFunc(NULL, record_cb, &b)); /* the default stream's tasks do not count */
   CHECK_OK(aclrtGetThreadLastTaskId(&id));
   CHECK_EQ(id, id2);
   CHECK_OK(aclrtSynchronizeStream(s));

@@ -558,7 +558,7 @@ static void *pipe_loop(void *arg) {
     }
     CHECK(check_pattern(p, 64 * KiB, 700u + (uint32_t)k));
     CHECK_OK(aclrtIpcMemClose(w->keys[k]));
-    w->ok++;
+    __atomic_add_fetch(&w->ok, 1, __ATOMIC_RELAXED); /* sum_field reads it meanwhile */
   }
   return NULL;
 }

@@ -13,16 +13,19 @@
 #include "harness.h"
 
 static char g_path[PATH_MAX];
+static pthread_once_t g_path_once = PTHREAD_ONCE_INIT; /* threads load too */
+
+static void find_kernels(void) {
+  ssize_t n = readlink("/proc/self/exe", g_path, sizeof g_path - 32);
+  CHECK(n > 0);
+  g_path[n] = 0;
+  char *slash = strrchr(g_path, '/');
+  CHECK(slash != NULL);
+  strcpy(slash + 1, "test_kernels.so");
+}
 
 static const char *kernels_path(void) {
-  if (!g_path[0]) {
-    ssize_t n = readlink("/proc/self/exe", g_path, sizeof g_path - 32);
-    CHECK(n > 0);
-    g_path[n] = 0;
-    char *slash = strrchr(g_path, '/');
-    CHECK(slash != NULL);
-    strcpy(slash + 1, "test_kernels.so");
-  }
+  pthread_once(&g_path_once, find_kernels);
   return g_path;
 }
 

@@ -589,7 +589,7 @@ typedef struct churn {
   aclrtStream s;
   unsigned char *d;
   _Atomic int stop;
-  int bad;
+  _Atomic int bad;
 } churn;
 
 static void *queue_loop(void *p) {
@@ -615,12 +615,16 @@ TEST(bind_destroy_and_capture_while_other_threads_queue) {
     CHECK_OK(aclmdlRIDestroy(m));
     CHECK_OK(aclmdlRICaptureBegin(c.s, ACL_MODEL_RI_CAPTURE_MODE_RELAXED));
     CHECK_OK(aclmdlRICaptureEnd(c.s, &m));
-    CHECK_OK(aclmdlRIExecuteAsync(m, NULL));
+    /* replayed on c.s, behind its queued work: on another stream the replay's
+     * memsets and c.s's would write c.d at once */
+    CHECK_OK(aclmdlRIExecuteAsync(m, c.s));
     CHECK_OK(aclmdlRIDestroy(m));
   }
   atomic_store(&c.stop, 1);
   for (int i = 0; i < 2; i++) CHECK(pthread_join(th[i], NULL) == 0);
   CHECK_EQ(c.bad, 0);
+  /* c.s too: its last memsets of 1 must not land after the 3 checked below */
+  CHECK_OK(aclrtSynchronizeStream(c.s));
   CHECK_OK(aclrtSynchronizeStream(NULL));
   /* a stream destroyed while it is captured, then its model */
   aclrtStream s = stream_new();
