@@ -220,3 +220,75 @@ def test_supernode_info_here():
     if "ASCEND_IPC_SDID" in os.environ:
         assert info["sdid"] == int(os.environ["ASCEND_IPC_SDID"], 0)
     assert aipc is not None
+
+
+# --------------------------------------------------------------------------- Ray across servers
+
+
+def _kill_matching(marker: str) -> None:
+    """Kills (by pid) every process whose command line holds marker: the Ray daemons that
+    `ray start` left running for this test, found by their temporary folder."""
+    import signal
+
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if marker.encode() in cmd:
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.mark.timeout(900)
+def test_ray_weight_sync_across_servers(supernode):
+    """A Ray head node in one server, a worker node in another joined over the link; the trainer
+    on the first, a rollout on each (supernode_ray.py)."""
+    import importlib.util
+    import secrets
+    import shutil
+
+    if os.environ.get("ASCEND_IPC_EXPECT_SANITIZED") == "1":
+        pytest.skip("not under ASan: Ray's native workers would start under the LD_PRELOADed ASan runtime")
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray is not installed for this Python (the `ray` extra)")
+    _need_supernode_core()
+    ray_cli = pathlib.Path(sys.executable).with_name("ray")
+    if not ray_cli.exists():
+        pytest.skip(f"no ray command beside {sys.executable}")
+    servers = supernode(n=2)
+    # Ray's nodes authenticate each other with a token of this test's own; temporary folders of
+    # their own per node (short: Ray's Unix socket paths must fit 107 bytes).
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_ADDRESS": None, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": None}
+    marker = f"/tmp/aipc-ray-{servers.run}-"
+    head = f"{servers[0].address}:6379"
+    common = ["--num-cpus", "1", "--disable-usage-stats",
+              "--object-store-memory", str(100 << 20)]
+    try:
+        rc, out, err = run_in(servers[0], [str(ray_cli), "start", "--head", "--node-ip-address", servers[0].address,
+                                           "--port", "6379", "--include-dashboard=false", "--resources", '{"server0": 1}',
+                                           "--temp-dir", marker + "0", *common], env=env, timeout=300)
+        assert rc == 0, f"ray start --head:\n{out}\n{err}"
+        rc, out, err = run_in(servers[1], [str(ray_cli), "start", "--address", head, "--node-ip-address",
+                                           servers[1].address, "--resources", '{"server1": 1}',
+                                           "--temp-dir", marker + "1", *common], env=env, timeout=300)
+        assert rc == 0, f"ray start --address {head}:\n{out}\n{err}"
+        rc, out, err = run_in(servers[0], [sys.executable, str(HERE / "supernode_ray.py")],
+                              env={**env, "RAY_ADDRESS": head}, timeout=400)
+        assert rc == 0, f"driver:\n{out}\n{err}"
+    finally:
+        _kill_matching(marker)
+        for i in (0, 1):
+            shutil.rmtree(marker + str(i), ignore_errors=True)
+    result = _last_json(out)
+    trainer, (local, remote) = result["trainer"], result["rollouts"]
+    assert local["netns"] == trainer["netns"] != remote["netns"], result
+    assert local["sdid"] == trainer["sdid"] != remote["sdid"], result
+    assert result["load_errors"] == [None, None], result
+    assert result["matches"] == [[True, True]] * 3, result
