@@ -505,12 +505,13 @@ def check_supernode(provider: Optional[str], info_fn: Optional[Callable[[], Dict
     if info_fn is None:
         from ascend_ipc import _C
 
-        info_fn = getattr(_C, "supernode_info", None)
+        info_fn = getattr(_C, "supernode_info", None)  # absent from a runtime build without super-nodes
     if provider == "cann":
         return Check("supernode", title, INFO, "the NPU's: servers, sdids and fabric handles are the hardware's "
                      "(ASCEND_IPC_SDID and ASCEND_IPC_SUPERNODE_DIR are the emulator's and unused here)",
                      details=["on an Atlas A3 super-node, aclGetDeviceInfo(ACL_DEV_ATTR_SUPER_POD_DEVICE_ID) gives "
-                              "a device's sdid; whitelist other servers' processes with IpcHandle.allow(pid, sdid=...)"],
+                              "a device's sdid; whitelist other servers' processes with "
+                              "IpcHandle.allow(pid, sdid=...)"],
                      data={"provider": provider, "settings": settings})
     if info_fn is None:
         sdid = f"sdid {env['ASCEND_IPC_SDID']} (ASCEND_IPC_SDID)" if "ASCEND_IPC_SDID" in env else "sdid 0"

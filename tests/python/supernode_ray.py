@@ -20,7 +20,6 @@ import torch
 
 import ascend_ipc as aipc
 import ascend_ipc.torch as atorch
-from ascend_ipc import _C
 
 STEPS = 3
 
@@ -35,7 +34,7 @@ def prompts() -> torch.Tensor:
 
 
 def where() -> dict:
-    return {"pid": int(aipc.bare_tgid()), "sdid": int(_C.supernode_info()["sdid"]),
+    return {"pid": int(aipc.bare_tgid()), "sdid": int(aipc.supernode_info()["sdid"]),
             "netns": os.readlink("/proc/self/ns/net")}
 
 

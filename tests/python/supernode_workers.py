@@ -29,7 +29,6 @@ import torch
 
 import ascend_ipc as aipc
 import ascend_ipc.torch as atorch
-from ascend_ipc import _C
 
 TIMEOUT_S = 120.0  # every wait on the other side; the test's own limit is above it
 N = 4096
@@ -56,7 +55,7 @@ def recv(sock: socket.socket):
 
 
 def here() -> dict:
-    info = _C.supernode_info()
+    info = aipc.supernode_info()
     return {"pid": int(aipc.bare_tgid()), "sdid": int(info["sdid"]), "info": dict(info)}
 
 

@@ -378,7 +378,8 @@ def test_supernode_reports_server_and_rendezvous(tmp_path):
         s.bind(os.path.join(info["supernode_dir"], "s1"))
         c = _doctor.check_supernode("emulated", lambda: info,
                                     env={"ASCEND_IPC_SDID": "7", "ASCEND_IPC_SUPERNODE_DIR": info["supernode_dir"]})
-    assert c.status == "info" and "(ASCEND_IPC_SDID)" in c.summary and "(ASCEND_IPC_SUPERNODE_DIR)" in c.summary, c.summary
+    assert c.status == "info" and "(ASCEND_IPC_SDID)" in c.summary, c.summary
+    assert "(ASCEND_IPC_SUPERNODE_DIR)" in c.summary, c.summary
     assert "usable, 1 server socket(s) there" in c.summary, c.summary
     assert c.data["settings"] == {"ASCEND_IPC_SDID": "7", "ASCEND_IPC_SUPERNODE_DIR": info["supernode_dir"]}
 
