@@ -1,13 +1,14 @@
 """The two sides of a cross-server hand-off, run by test_supernode.py in two emulated servers.
 
-    python supernode_workers.py export KIND PORT [--no-allow]
+    python supernode_workers.py export KIND PORT [--no-allow | --allow-other]
     python supernode_workers.py receive KIND HOST PORT
 
 As servers of a super-node do: the receiver connects to the exporter over TCP, through the
 servers' link, and sends who it is (its bare_tgid() and its server's sdid); the exporter
 shares KIND (``tensor``: a tensor through ascend_ipc.torch.share; ``state_dict``: a state dict
 through share_state_dict), whitelists the receiver on its server (``allow(pid, sdid=...)``,
-unless --no-allow) and sends the pickled handle back over the same connection. The receiver
+unless --no-allow; --allow-other whitelists another process of the receiver's server instead)
+and sends the pickled handle back over the same connection. The receiver
 opens it, checks the bytes, writes, and both check that the other side's writes arrived.
 
 Each side prints one JSON line as its last line: what it saw, or the AclError (code, name,
@@ -89,7 +90,14 @@ def same(a: dict, b: dict) -> bool:
 # ---------------------------------------------------------------------------------- exporter
 
 
-def export(kind: str, port: int, allow: bool) -> None:
+def _allow(handle, who: dict, allow: str) -> None:
+    if allow == "receiver":
+        handle.allow(who["pid"], sdid=who["sdid"])
+    elif allow == "other":
+        handle.allow(1, sdid=who["sdid"])  # pid 1 of the receiver's server: not the receiver
+
+
+def export(kind: str, port: int, allow: str) -> None:
     me = here()
     lsock = socket.create_server((os.environ["AIPC_ADDR"], port))
     lsock.settimeout(TIMEOUT_S)
@@ -103,21 +111,19 @@ def export(kind: str, port: int, allow: bool) -> None:
             t = atorch.empty((N,), dtype=torch.int64)
             t.copy_(expected_tensor())
             h = atorch.share(t, pids=[])
-            if allow:
-                h.allow(who["pid"], sdid=who["sdid"])
+            _allow(h, who, allow)
             send(conn, h)
             reply = recv(conn)
             result["reply"] = reply
             if "error" not in reply:
-                result["saw_write"] = int(t[5]) == -5 and int(t[6]) == expected_tensor()[6]
+                result["saw_write"] = int(t[5]) == -5 and int(t[6]) == int(expected_tensor()[6])
                 send(conn, "seen")
                 result["closed"] = recv(conn)
             h.close()
         else:
             sd = expected_state_dict(0)
             shared = atorch.share_state_dict(sd, pids=[])
-            if allow:
-                shared.handle.allow(who["pid"], sdid=who["sdid"])
+            _allow(shared.handle, who, allow)
             mine = shared.open()  # the exporter's own view of the buffer: sees the receiver's writes
             send(conn, shared)
             reply = recv(conn)
@@ -188,7 +194,8 @@ def receive(kind: str, host: str, port: int) -> None:
 def main(argv) -> None:
     role, kind = argv[0], argv[1]
     if role == "export":
-        export(kind, int(argv[2]), "--no-allow" not in argv[3:])
+        rest = argv[3:]
+        export(kind, int(argv[2]), "none" if "--no-allow" in rest else "other" if "--allow-other" in rest else "receiver")
     elif role == "receive":
         receive(kind, argv[2], int(argv[3]))
     else:

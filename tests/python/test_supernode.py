@@ -158,11 +158,12 @@ def _need_supernode_core():
     torch = pytest.importorskip("torch", reason="the hand-offs share torch tensors; torch is not installed")
 
 
-def _hand_off(supernode, kind, allow=True, receiver_env=None):
-    """Runs both sides in two servers; returns (exporter's result, receiver's result, servers)."""
+def _hand_off(supernode, kind, allow="receiver", receiver_env=None):
+    """Runs both sides in two servers; returns (exporter's result, receiver's result, servers).
+    allow: "receiver" (whitelisted), "other" (another process of its server is), "none"."""
     _need_supernode_core()
     servers = supernode(n=2)
-    args = [] if allow else ["--no-allow"]
+    args = {"receiver": [], "other": ["--allow-other"], "none": ["--no-allow"]}[allow]
     exporter = servers[0].popen([sys.executable, WORKERS, "export", kind, str(PORT), *args],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rc, out, err = run_in(servers[1], [sys.executable, WORKERS, "receive", kind, servers[0].address, str(PORT)],
@@ -192,11 +193,21 @@ def test_share_across_servers(supernode, kind):
 
 @pytest.mark.parametrize("kind", ["tensor", "state_dict"])
 def test_receiver_not_whitelisted_is_refused(supernode, kind):
-    exp, rec, _ = _hand_off(supernode, kind, allow=False)
+    # The exporter whitelisted another process of the receiver's server, not the receiver.
+    exp, rec, _ = _hand_off(supernode, kind, allow="other")
     assert "error" in rec, rec
     e = rec["error"]
     assert e["code"] == 207006 and e["name"] == "ACL_ERROR_RT_NO_PERMISSION", e
-    assert f"{rec['me']['sdid']}" in e["message"], e  # names the receiver's server
+    assert f"process {rec['me']['pid']} of server {rec['me']['sdid']} is not on the whitelist" in e["message"], e
+    assert exp["reply"] == rec
+
+
+def test_exporter_that_offered_nothing_across_servers_is_not_reached(supernode):
+    # No inter-server whitelist at all: the exporter never joined the super-node's rendezvous.
+    exp, rec, _ = _hand_off(supernode, "tensor", allow="none")
+    e = rec["error"]
+    assert e["code"] == 207000 and "never offered anything across servers" in e["message"], e
+    assert f"server {exp['me']['sdid']}" in e["message"], e
     assert exp["reply"] == rec
 
 
