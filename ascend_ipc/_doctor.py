@@ -427,7 +427,7 @@ def check_pid_namespace(aipc: Any) -> Check:
                  data=data)
 
 
-def check_net_namespace(provider: Optional[str]) -> Check:
+def check_net_namespace(provider: Optional[str], supernodes: bool = False) -> Check:
     ns, ino = _ns_id("net")
     initial = True if ino == _INIT_NET_NS else None  # other ids: unknown on older kernels
     data = {"namespace": ns, "initial": initial}
@@ -447,6 +447,10 @@ def check_net_namespace(provider: Optional[str]) -> Check:
     if provider == "cann":
         summary = (f"{ns}{where}: memory keys are the NPU driver's to check; hand-off releases (put and drop) reach "
                    "the sender only within one network namespace")
+    elif supernodes:
+        summary = (f"{ns}{where}: a server of the emulated super-node; other network namespaces are other servers, "
+                   "whose processes open keys exported here when whitelisted by (sdid, pid) or exported without "
+                   "a whitelist (see super-node)")
     else:
         summary = (f"{ns}{where}: keys can be opened only by processes in the same network namespace as the exporter "
                    "(from another one they fail at once with 207000, naming the cause)")
@@ -529,7 +533,7 @@ def check_supernode(provider: Optional[str], info_fn: Optional[Callable[[], Dict
     how = "ASCEND_IPC_SDID" if "ASCEND_IPC_SDID" in settings else "derived from the network namespace"
     where = "ASCEND_IPC_SUPERNODE_DIR" if "ASCEND_IPC_SUPERNODE_DIR" in settings else "the default"
     server = f"server sdid {sdid} ({how}) in {ns or 'net:[?]'}"
-    node = f"super-node {info.get('supernode_id')} at {rdv['path']} ({where})"
+    node = f"super-node {info.get('supernode_id') or '(none)'} at {rdv['path']} ({where})"
     data = {"available": True, "info": info, "rendezvous": rdv, "settings": settings, "namespace": ns}
     details = [
         "a server of the emulated super-node is a network namespace; its processes share memory with processes "
@@ -541,8 +545,9 @@ def check_supernode(provider: Optional[str], info_fn: Optional[Callable[[], Dict
     if info.get("netns") is not None and ino is not None and info["netns"] != ino:
         details.append(f"the runtime's namespace {info['netns']} is not this thread's {ino}: the process moved "
                        "after it first used IPC")
-    if not rdv["usable"]:
-        return Check("supernode", title, WARN, f"{server}; {node}: not usable, {rdv['problem']}",
+    problem = info.get("problem") or rdv["problem"]  # the runtime's own verdict first
+    if info.get("problem") or not rdv["usable"]:
+        return Check("supernode", title, WARN, f"{server}; {node}: not usable, {problem}",
                      details=details + ["sharing within this server works; with other servers it fails"],
                      fix=[f"point ASCEND_IPC_SUPERNODE_DIR at a directory of this user with mode 0700, the same "
                           "for every server of the super-node (e.g. mkdir -m 700 /tmp/my-supernode)"],
@@ -731,7 +736,7 @@ def collect(sharing: bool = True) -> Dict[str, Any]:
         check_open_files(provider),
         check_provider(aipc),
         check_pid_namespace(aipc),
-        check_net_namespace(provider),
+        check_net_namespace(provider, supernodes=provider != "cann" and hasattr(aipc._C, "supernode_info")),
         check_supernode(provider),
         check_ptrace_scope(),
     ]

@@ -17,9 +17,11 @@ from . import _C
 
 def supernode_info() -> Dict[str, Any]:
     """This process's server and super-node: ``{"sdid": int, "supernode_dir": str,
-    "supernode_id": str, "netns": int}`` (``netns``: the inode of its network namespace,
-    ``/proc/self/ns/net``). A build of the runtime without super-nodes gives the sdid of
-    ``ASCEND_IPC_SDID`` (0 when unset) and None for the rest but ``netns``."""
+    "supernode_id": str, "netns": int, "problem": str}`` (``netns``: the inode of its network
+    namespace, ``/proc/self/ns/net``; ``supernode_id`` is "" and ``problem`` says why when the
+    rendezvous directory cannot be used, else ``problem`` is ""). A build of the runtime without
+    super-nodes gives the sdid of ``ASCEND_IPC_SDID`` (0 when unset), ``netns``, None for
+    ``supernode_dir`` and ``supernode_id``, and a ``problem`` saying so."""
     fn = getattr(_C, "supernode_info", None)
     if fn is not None:
         return dict(fn())
@@ -28,4 +30,4 @@ def supernode_info() -> Dict[str, Any]:
     except OSError:
         netns = None
     return {"sdid": int(os.environ.get("ASCEND_IPC_SDID", "0"), 0), "supernode_dir": None, "supernode_id": None,
-            "netns": netns}
+            "netns": netns, "problem": "this build of the runtime has no super-nodes"}
