@@ -148,14 +148,10 @@ def test_fixture_removes_the_servers_of_a_failing_test(tmp_path):
 
 # --------------------------------------------------------------------------- sharing across servers
 
-torch = None
-
-
 def _need_supernode_core():
     if not hasattr(_C, "supernode_info"):
         pytest.skip("the C core has no super-node support (ascend_ipc._C.supernode_info is missing)")
-    global torch
-    torch = pytest.importorskip("torch", reason="the hand-offs share torch tensors; torch is not installed")
+    pytest.importorskip("torch", reason="the hand-offs share torch tensors; torch is not installed")
 
 
 def _hand_off(supernode, kind, allow="receiver", receiver_env=None):
