@@ -6,7 +6,10 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "emu_internal.h"
 
@@ -60,7 +63,16 @@ static void load(void) {
   uint64_t mem = env_u64("ASCEND_IPC_EMU_MEMORY", true, 1, MAX_MEMORY, DEFAULT_MEMORY);
   g_config.memory = (mem + AIPC_PAGE_SIZE - 1) & ~(uint64_t)(AIPC_PAGE_SIZE - 1);
   g_config.strict = env_u64("ASCEND_IPC_STRICT", false, 0, 1, 0) == 1;
-  g_config.sdid = (uint32_t)env_u64("ASCEND_IPC_SDID", false, 0, UINT32_MAX, 0);
+  uint64_t sdid;
+  g_config.sdid_set = parse_u64(getenv("ASCEND_IPC_SDID"), false, &sdid) == 0 && sdid <= UINT32_MAX;
+  g_config.sdid = g_config.sdid_set ? (uint32_t)sdid : 0;
+  /* The super-node rendezvous: one directory per user (ipc/supernode.c checks it). */
+  const char *dir = getenv("ASCEND_IPC_SUPERNODE_DIR");
+  if (dir && *dir) {
+    if (strlen(dir) < sizeof g_config.supernode_dir) strcpy(g_config.supernode_dir, dir);
+  } else {
+    snprintf(g_config.supernode_dir, sizeof g_config.supernode_dir, "/tmp/ascend_ipc-supernode.%u", (unsigned)geteuid());
+  }
   g_config.timeout_ms = (int)env_u64("ASCEND_IPC_TIMEOUT_MS", false, 1, 24u * 3600 * 1000, DEFAULT_TIMEOUT_MS);
   g_config.poll_us = (uint32_t)env_u64("ASCEND_IPC_POLL_US", false, 0, 10000, DEFAULT_POLL_US);
   g_config.huge_pages = env_u64("ASCEND_IPC_HUGE_PAGES", false, 0, 1, 0) == 1;

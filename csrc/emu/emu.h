@@ -27,7 +27,9 @@ typedef struct aipc__config {
   uint32_t devices;    /* ASCEND_IPC_EMU_DEVICES, default 8 */
   uint64_t memory;     /* ASCEND_IPC_EMU_MEMORY bytes per device, default 64 GiB */
   bool strict;         /* ASCEND_IPC_STRICT=1 */
-  uint32_t sdid;       /* ASCEND_IPC_SDID, default 0 */
+  uint32_t sdid;       /* ASCEND_IPC_SDID; unset (sdid_set false): derived per server (ipc/supernode.h) */
+  bool sdid_set;
+  char supernode_dir[96]; /* ASCEND_IPC_SUPERNODE_DIR, default /tmp/ascend_ipc-supernode.<uid>; "" if too long */
   int timeout_ms;      /* ASCEND_IPC_TIMEOUT_MS, default 10000: every blocking IPC wait */
   uint32_t poll_us;    /* ASCEND_IPC_POLL_US, default 100: the longest poll before an IPC wait blocks */
   bool huge_pages;     /* ASCEND_IPC_HUGE_PAGES=1: device memory in huge pages where the pool has them */

@@ -55,7 +55,8 @@ typedef struct phys {
   bool imported;     /* from another process: not exportable, not counted against capacity */
   uint32_t handles;  /* the caller's references: MallocPhysical/Import 1, Retain +1, FreePhysical -1 */
   uint32_t maps;     /* live mappings; the record lives while either count is non-zero */
-  uint64_t share;    /* its shareable handle, 0 if none */
+  uint64_t share;    /* its shareable handle, 0 if none (for a fabric one, non-zero too) */
+  uint8_t *fabric;   /* its aclrtMemFabricHandle's bytes, when it was exported so (owned), else NULL */
   uint64_t from;     /* imported: the shareable handle it came from (a key of g.imports while handles > 0) */
 } phys;
 
@@ -172,13 +173,19 @@ static void phys_maybe_destroy(phys *ph) {
   aipc__hmap_remove(&g.handles, hk(handle_of(ph)));
   close(ph->fd);
   if (!ph->imported) aipc__mem_uncharge(ph->device, ph->size);
+  free(ph->fabric);
   free(ph);
 }
 
 /* Ends the share of ph, if any: no new imports, importers keep theirs. g.mu held. */
 static void phys_unshare(phys *ph) {
   if (ph->share == 0) return;
-  aipc__ipc_release_physical(AIPC_CALL_NAME(free_physical), ph->share);
+  if (ph->fabric)
+    aipc__ipc_release_fabric(AIPC_CALL_NAME(free_physical), ph->fabric);
+  else
+    aipc__ipc_release_physical(AIPC_CALL_NAME(free_physical), ph->share);
+  free(ph->fabric);
+  ph->fabric = NULL;
   ph->share = 0;
 }
 
@@ -586,18 +593,23 @@ aclError aipc__emu_mem_get_address_range(void *ptr, void **pbase, size_t *psize)
 /* ---- sharing ---------------------------------------------------------------------- */
 
 static aclError share_type_check(const char *call, aclrtMemSharedHandleType t) {
-  if (t == ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT) return ACL_SUCCESS;
-  if (t == ACL_MEM_SHARE_HANDLE_TYPE_FABRIC)
-    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                      "%s: ACL_MEM_SHARE_HANDLE_TYPE_FABRIC shares memory across the servers of a super-node (Atlas A3 "
-                      "fabric); the emulator has none: use ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT within one server",
-                      call);
+  if (t == ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT || t == ACL_MEM_SHARE_HANDLE_TYPE_FABRIC) return ACL_SUCCESS;
   return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
                     "%s: shareType %d is not ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT or ACL_MEM_SHARE_HANDLE_TYPE_FABRIC",
                     call, (int)t);
 }
 
-static aclError export_common(const char *call, aclrtDrvMemHandle handle, uint64_t flags, uint64_t *out) {
+/* The number a fabric handle is known by in g.imports (one to one within a
+ * process, as a DEFAULT handle's): a hash of its bytes, never 0. */
+static uint64_t fabric_number(const uint8_t *h) {
+  uint64_t v = 0xcbf29ce484222325u;
+  for (size_t i = 0; i < AIPC_FABRIC_LEN; i++) v = (v ^ h[i]) * 0x100000001b3u;
+  return v ? v : 1;
+}
+
+/* fabric: write an aclrtMemFabricHandle to fabric_out instead of *out. */
+static aclError export_common(const char *call, aclrtDrvMemHandle handle, uint64_t flags, uint64_t *out,
+                              uint8_t *fabric_out) {
   if (flags > ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION)
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
                       "%s: flags 0x%llx: ACL_RT_VMM_EXPORT_FLAG_DEFAULT or _DISABLE_PID_VALIDATION", call,
@@ -617,6 +629,18 @@ static aclError export_common(const char *call, aclrtDrvMemHandle handle, uint64
                     "%s: handle %p is already exported (shareable handle 0x%016llx); a physical allocation has one "
                     "shareable handle",
                     call, handle, (unsigned long long)ph->share);
+  } else if (fabric_out) {
+    uint8_t *fh = malloc(AIPC_FABRIC_LEN);
+    rc = fh ? aipc__ipc_share_fabric(call, ph->fd, ph->size, ph->device,
+                                     !(flags & ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION), fh)
+            : aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory", call);
+    if (rc == ACL_SUCCESS) {
+      ph->fabric = fh;
+      ph->share = fabric_number(fh);
+      memcpy(fabric_out, fh, AIPC_FABRIC_LEN);
+    } else {
+      free(fh);
+    }
   } else {
     rc = aipc__ipc_share_physical(call, ph->fd, ph->size, ph->device,
                                   !(flags & ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION), &ph->share);
@@ -634,7 +658,7 @@ aclError aipc__emu_mem_export_to_shareable_handle(aclrtDrvMemHandle handle, aclr
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: handleType %d is not ACL_MEM_HANDLE_TYPE_NONE", call,
                       (int)handleType);
   if (!shareableHandle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: shareableHandle is NULL", call);
-  return export_common(call, handle, flags, shareableHandle);
+  return export_common(call, handle, flags, shareableHandle, NULL);
 }
 
 aclError aipc__emu_mem_export_to_shareable_handle_v2(aclrtDrvMemHandle handle, uint64_t flags,
@@ -644,8 +668,14 @@ aclError aipc__emu_mem_export_to_shareable_handle_v2(aclrtDrvMemHandle handle, u
   if (!shareableHandle) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: shareableHandle is NULL", call);
   aclError rc = share_type_check(call, shareType);
   if (rc != ACL_SUCCESS) return rc;
+  if (shareType == ACL_MEM_SHARE_HANDLE_TYPE_FABRIC) {
+    uint8_t fh[AIPC_FABRIC_LEN];
+    rc = export_common(call, handle, flags, NULL, fh);
+    if (rc == ACL_SUCCESS) memcpy(shareableHandle, fh, sizeof fh); /* the caller's buffer only on success */
+    return rc;
+  }
   uint64_t h;
-  rc = export_common(call, handle, flags, &h);
+  rc = export_common(call, handle, flags, &h, NULL);
   if (rc == ACL_SUCCESS) memcpy(shareableHandle, &h, sizeof h);
   return rc;
 }
@@ -671,6 +701,14 @@ aclError aipc__emu_mem_set_pid_to_shareable_handle_v2(void *shareableHandle, acl
   if (pidNum == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: pidNum is 0", call);
   aclError rc = share_type_check(call, shareType);
   if (rc != ACL_SUCCESS) return rc;
+  if (shareType == ACL_MEM_SHARE_HANDLE_TYPE_FABRIC) {
+    for (size_t i = 0; i < pidNum; i++)
+      if (pid[i] <= 0)
+        return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: pid[%zu] = %d is not a process id", call, i, (int)pid[i]);
+    uint8_t fh[AIPC_FABRIC_LEN];
+    memcpy(fh, shareableHandle, sizeof fh);
+    return aipc__ipc_fabric_allow(call, fh, pid, pidNum);
+  }
   uint64_t h;
   memcpy(&h, shareableHandle, sizeof h);
   return set_pid_common(call, h, pid, pidNum);
@@ -690,14 +728,17 @@ static aclError already_imported(const char *call, uint64_t shareable) {
                     call, (unsigned long long)shareable, handle_of(ph));
 }
 
-static aclError import_common(const char *call, uint64_t shareable, int32_t device, aclrtDrvMemHandle *handle) {
+/* fabric: the aclrtMemFabricHandle's bytes (shareable is then its number), else NULL. */
+static aclError import_common(const char *call, uint64_t shareable, const uint8_t *fabric, int32_t device,
+                              aclrtDrvMemHandle *handle) {
   int fd = -1;
   uint64_t size = 0;
   int32_t exporter_device;
   /* The round trip runs without g.mu: the exporter may take its time. Its
    * answer comes first (an exporter gone, a process not whitelisted), then
    * the one-to-one rule below. */
-  aclError rc = aipc__ipc_open_physical(call, shareable, &fd, &size, &exporter_device);
+  aclError rc = fabric ? aipc__ipc_open_fabric(call, fabric, &fd, &size, &exporter_device)
+                       : aipc__ipc_open_physical(call, shareable, &fd, &size, &exporter_device);
   if (rc != ACL_SUCCESS) return rc;
   (void)exporter_device; /* CANN opens peer access to it by itself */
   if (size == 0 || size % SMALL_GRANULARITY != 0) {
@@ -733,7 +774,7 @@ aclError aipc__emu_mem_import_from_shareable_handle(uint64_t shareableHandle, in
   if (deviceId < 0 || (uint32_t)deviceId >= n)
     return aipc__fail(ACL_ERROR_RT_INVALID_DEVICEID, "%s: deviceId %d is out of range: %u device%s (0..%u)", call,
                       (int)deviceId, n, n == 1 ? "" : "s", n - 1);
-  return import_common(call, shareableHandle, deviceId, handle);
+  return import_common(call, shareableHandle, NULL, deviceId, handle);
 }
 
 aclError aipc__emu_mem_import_from_shareable_handle_v2(void *shareableHandle, aclrtMemSharedHandleType shareType,
@@ -745,9 +786,14 @@ aclError aipc__emu_mem_import_from_shareable_handle_v2(void *shareableHandle, ac
     return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: flags 0x%llx: must be 0", call, (unsigned long long)flags);
   aclError rc = share_type_check(call, shareType);
   if (rc != ACL_SUCCESS) return rc;
+  if (shareType == ACL_MEM_SHARE_HANDLE_TYPE_FABRIC) {
+    uint8_t fh[AIPC_FABRIC_LEN];
+    memcpy(fh, shareableHandle, sizeof fh);
+    return import_common(call, fabric_number(fh), fh, aipc__device_current(), handle);
+  }
   uint64_t h;
   memcpy(&h, shareableHandle, sizeof h);
-  return import_common(call, h, aipc__device_current(), handle);
+  return import_common(call, h, NULL, aipc__device_current(), handle);
 }
 
 /* ---- finalize, fork ---------------------------------------------------------------- */
@@ -778,6 +824,7 @@ static void clear_all(bool unmap) {
       if (!ph->imported) aipc__mem_uncharge(ph->device, ph->size);
     }
     close(ph->fd);
+    free(ph->fabric);
     free(ph);
   }
   aipc__hmap_clear(&g.handles);

@@ -12,6 +12,7 @@
 #include "dtype.h"
 #include "ipchandle.h"
 #include "stream.h"
+#include "emu/ipc/supernode.h"
 
 /* ---- device functions ------------------------------------------------------ */
 
@@ -112,6 +113,19 @@ static PyObject *fn_bare_tgid(PyObject *module, PyObject *unused) {
     return aipc_py_raise(st, &f);
   }
   return PyLong_FromLong(pid);
+}
+
+/* The emulator's super-node view of this process (python -m ascend_ipc doctor). */
+static PyObject *fn_supernode_info(PyObject *module, PyObject *unused) {
+  uint32_t sdid;
+  uint64_t id, netns;
+  char dir[128], why[512], idtext[24] = "";
+  Py_BEGIN_ALLOW_THREADS
+  aipc__supernode_info(&sdid, dir, sizeof dir, &id, &netns, why, sizeof why);
+  Py_END_ALLOW_THREADS
+  if (id) snprintf(idtext, sizeof idtext, "%016llx", (unsigned long long)id);
+  return Py_BuildValue("{s:k,s:s,s:s,s:K,s:s}", "sdid", (unsigned long)sdid, "supernode_dir", dir, "supernode_id",
+                       idtext, "netns", (unsigned long long)netns, "problem", why);
 }
 
 typedef struct mem_info_call {
@@ -642,6 +656,11 @@ PyMethodDef aipc_py_module_functions[] = {
     {"bare_tgid", fn_bare_tgid, METH_NOARGS,
      "bare_tgid($module, /)\n--\n\n"
      "This process's id as exporters must whitelist it, an int (aclrtDeviceGetBareTgid)."},
+    {"supernode_info", fn_supernode_info, METH_NOARGS,
+     "supernode_info($module, /)\n--\n\n"
+     "The emulated super-node as this process sees it, a dict: sdid (its server), supernode_dir\n"
+     "(the rendezvous directory), supernode_id (hex; '' when the directory cannot be used),\n"
+     "netns (its network namespace's inode) and problem (why the directory cannot be used, or '')."},
     {"mem_info", (PyCFunction)(void (*)(void))fn_mem_info, METH_VARARGS | METH_KEYWORDS,
      "mem_info($module, /, device=None)\n--\n\n"
      "(free, total) bytes of device memory (aclrtGetMemInfo); None: the current device."},

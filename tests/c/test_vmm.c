@@ -367,8 +367,11 @@ TEST(imported_memory_outlives_its_exporter) {
             ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtMemImportFromShareableHandle(h[0], 0, NULL), ACL_ERROR_INVALID_PARAM);
   CHECK_ACL(aclrtMemImportFromShareableHandle(h[0], 4096, &mine[0]), ACL_ERROR_RT_INVALID_DEVICEID);
-  CHECK_MSG(aclrtMemImportFromShareableHandleV2(&h[0], ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, 0, &mine[0]),
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "super-node");
+  aclrtMemFabricHandle not_fabric; /* a DEFAULT handle's number where a fabric handle is due */
+  memset(&not_fabric, 0, sizeof not_fabric);
+  memcpy(not_fabric.data, &h[0], sizeof h[0]);
+  CHECK_MSG(aclrtMemImportFromShareableHandleV2(&not_fabric, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, 0, &mine[0]),
+            ACL_ERROR_INVALID_PARAM, "not an aclrtMemFabricHandle");
   CHECK_ACL(aclrtMemImportFromShareableHandleV2(&h[0], (aclrtMemSharedHandleType)7, 0, &mine[0]),
             ACL_ERROR_RT_PARAM_INVALID);
   CHECK_OK(aclrtMemImportFromShareableHandleV2(&h[0], ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, 0, &mine[0]));
@@ -427,8 +430,12 @@ static int forger(chan *c, void *arg) {
 TEST(forged_and_stale_handles_are_refused) {
   aclrtDrvMemHandle ph = phys_new(GRAN);
   uint64_t h;
-  CHECK_MSG(aclrtMemExportToShareableHandleV2(ph, 0, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, &h),
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "super-node");
+  aclrtMemFabricHandle fh; /* a fabric handle is a handle of its own: one per allocation, as a DEFAULT one */
+  aclrtDrvMemHandle ph3 = phys_new(GRAN);
+  CHECK_OK(aclrtMemExportToShareableHandleV2(ph3, 0, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, &fh));
+  CHECK_MSG(aclrtMemExportToShareableHandleV2(ph3, 0, ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, &h), ACL_ERROR_RT_PARAM_INVALID,
+            "already exported");
+  CHECK_OK(aclrtFreePhysical(ph3));
   CHECK_ACL(aclrtMemExportToShareableHandleV2(ph, 0, (aclrtMemSharedHandleType)0, &h), ACL_ERROR_RT_PARAM_INVALID);
   CHECK_ACL(aclrtMemExportToShareableHandleV2(ph, 0, ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, NULL), ACL_ERROR_INVALID_PARAM);
   CHECK_OK(aclrtMemExportToShareableHandleV2(ph, ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION,
@@ -452,8 +459,10 @@ TEST(forged_and_stale_handles_are_refused) {
   CHECK_OK(aclrtIpcMemClose(key));
   CHECK_OK(aclrtFree(p));
   int32_t pid1 = 1;
-  CHECK_MSG(aclrtMemSetPidToShareableHandleV2(&h, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, &pid1, 1),
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "super-node");
+  memset(&fh, 0, sizeof fh);
+  memcpy(fh.data, &h, sizeof h);
+  CHECK_MSG(aclrtMemSetPidToShareableHandleV2(&fh, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, &pid1, 1),
+            ACL_ERROR_INVALID_PARAM, "not an aclrtMemFabricHandle");
   CHECK_ACL(aclrtMemSetPidToShareableHandleV2(NULL, ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, &pid1, 1),
             ACL_ERROR_INVALID_PARAM);
   CHECK_OK(aclrtMemSetPidToShareableHandleV2(&h, ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, &pid1, 1));

@@ -237,8 +237,31 @@ def servers():
         write("server", s)
 
 
+# ---- fabric handles (tests/fuzz/fuzz_fabric.c) ---------------------------------
+# 128 bytes: magic "AIPF", u16 version 1, u16 0, u64 super-node id, u32 sdid, u32 pid, u64 nonce,
+# u32 place, u32 0, u64 export id, 16 secret bytes, 64 zero bytes (docs/design-ipc.md)
+
+
+def fabric(magic=0x46504941, version=1, res=0, supernode=0x1122334455667788, sdid=0, pid=1234,
+           nonce=0x112233445566, place=0x9ABCDEF0, res2=0, export_id=1, secret=bytes(range(1, 17)), tail=bytes(64)):
+    return (struct.pack("<IHHQII", magic, version, res, supernode, sdid, pid) + struct.pack("<QII", nonce, place, res2)
+            + struct.pack("<Q", export_id) + secret + tail)
+
+
+def fabrics():
+    seeds = [
+        fabric(), fabric(sdid=4026532368), fabric(pid=0x7FFFFFFF, nonce=2**48 - 1, export_id=2**64 - 1),
+        fabric(magic=0), fabric(version=2), fabric(res=1), fabric(supernode=0), fabric(pid=0), fabric(pid=2**31),
+        fabric(nonce=0), fabric(nonce=2**48), fabric(res2=1), fabric(export_id=0), fabric(secret=bytes(16)),
+        fabric(tail=b"\x01" + bytes(63)), fabric()[:64], bytes(128), b"",
+    ]
+    for s in seeds:
+        write("fabric", s)
+
+
 if __name__ == "__main__":
     keys()
     handles()
     protos()
     servers()
+    fabrics()

@@ -15,6 +15,7 @@
 
 #include "emu/ipc/exporter_internal.h"
 #include "emu/ipc/identity.h"
+#include "emu/ipc/supernode.h"
 
 /* The last id of an export of memory or of a state page (a shareable
  * handle's is drawn at random); the exporter lock guards it. */
@@ -76,7 +77,7 @@ aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *d
     if (aipc__export_put(e) != 0) rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
   }
   if (rc == ACL_SUCCESS) {
-    aipc__key_write(kind, aipc__exporter_me->pid, aipc__config_get()->sdid, aipc__exporter_me->nonce, aipc__exporter_me->place, e->id, e->secret, key);
+    aipc__key_write(kind, aipc__exporter_me->pid, aipc__server_sdid(), aipc__exporter_me->nonce, aipc__exporter_me->place, e->id, e->secret, key);
   } else {
     if (pin.block) aipc__mem_unpin(pin.block);
     free(e);
@@ -126,6 +127,48 @@ aclError aipc__exporter_export_physical(const char *call, int fd, uint64_t size,
     goto out;
   }
   *handle = id;
+  e = NULL;
+out:
+  if (e) aipc__export_free(e);
+  aipc__exporter_unlock();
+  return rc;
+}
+
+aclError aipc__exporter_export_fabric(const char *call, int fd, uint64_t size, int32_t device, uint64_t flags,
+                                      aipc__key *out) {
+  aclError rc = aipc__supernode_join(call); /* a fabric handle is for other servers: the directory first */
+  if (rc != ACL_SUCCESS) return rc;
+  aipc__exporter_lock();
+  aipc__export *e = NULL;
+  if ((rc = aipc__exporter_start(call)) != ACL_SUCCESS) goto out;
+  if ((rc = aipc__exporter_supernode_open(call)) != ACL_SUCCESS) goto out;
+  if (!(e = calloc(1, sizeof *e))) {
+    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+    goto out;
+  }
+  e->fd = -1;
+  if (aipc__random(e->secret, AIPC_SECRET_LEN) != 0) {
+    rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: getrandom failed: %s", call, strerror(errno));
+    goto out;
+  }
+  if ((e->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+    rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: cannot keep the allocation's descriptor: %s", call,
+                    strerror(errno));
+    goto out;
+  }
+  e->id = ++next_export_id; /* never near a door handle's: counters stay far below 2^32 */
+  e->kind = AIPC_OBJECT_PHYSICAL;
+  e->size = size;
+  e->device = device;
+  e->flags = flags;
+  e->attr = ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO;
+  if (aipc__export_put(e) != 0) {
+    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+    goto out;
+  }
+  *out = (aipc__key){.kind = AIPC_OBJECT_PHYSICAL, .pid = aipc__exporter_me->pid, .sdid = aipc__server_sdid(),
+                     .nonce = aipc__exporter_me->nonce, .place = aipc__exporter_me->place, .export_id = e->id};
+  memcpy(out->secret, e->secret, AIPC_SECRET_LEN);
   e = NULL;
 out:
   if (e) aipc__export_free(e);
@@ -203,37 +246,43 @@ aclError aipc__exporter_allow(const char *call, const aipc__key *k, const int32_
 
 aclError aipc__exporter_allow_servers(const char *call, const aipc__key *k, const aclrtServerPid *servers,
                                       size_t num, uint32_t here) {
-  /* This server's pids, in order, bound to their processes first. */
-  size_t nlocal = 0;
+  /* Every pid bound to its process first: the servers of a super-node
+   * share the PID namespace, so a pid of another server is read here too. */
+  size_t n = 0;
+  bool remote = false;
+  for (size_t i = 0; i < num; i++) {
+    n += servers[i].num;
+    remote |= servers[i].sdid != here;
+  }
+  int32_t *pids = calloc(n ? n : 1, sizeof *pids);
+  if (!pids) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+  n = 0;
   for (size_t i = 0; i < num; i++)
-    if (servers[i].sdid == here) nlocal += servers[i].num;
-  int32_t *local = calloc(nlocal ? nlocal : 1, sizeof *local);
-  if (!local) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
-  nlocal = 0;
-  for (size_t i = 0; i < num; i++)
-    if (servers[i].sdid == here)
-      for (size_t j = 0; j < servers[i].num; j++) local[nlocal++] = servers[i].pid[j];
+    for (size_t j = 0; j < servers[i].num; j++) pids[n++] = servers[i].pid[j];
   void **values;
-  aclError rc = whitelist_values(call, k, local, nlocal, &values);
-  if (rc != ACL_SUCCESS) {
-    free(local);
+  aclError rc = whitelist_values(call, k, pids, n, &values);
+  free(pids);
+  if (rc != ACL_SUCCESS) return rc;
+  /* Importers of other servers come through the super-node directory. */
+  if (remote && (rc = aipc__supernode_join(call)) != ACL_SUCCESS) {
+    free(values);
     return rc;
   }
   aipc__exporter_lock();
   aipc__export *e = NULL;
   rc = own_export(call, k, &e);
-  size_t next_local = 0;
+  if (rc == ACL_SUCCESS && remote) rc = aipc__exporter_supernode_open(call);
+  size_t next = 0;
   for (size_t i = 0; rc == ACL_SUCCESS && i < num; i++) {
     const aclrtServerPid *sp = &servers[i];
     for (size_t j = 0; rc == ACL_SUCCESS && j < sp->num; j++) {
-      int bad = sp->sdid == here ? aipc__whitelist_add(e, sp->pid[j], values[next_local++])
-                                 : aipc__remote_add(e, sp->sdid, sp->pid[j]);
+      void *v = values[next++];
+      int bad = sp->sdid == here ? aipc__whitelist_add(e, sp->pid[j], v) : aipc__remote_add(e, sp->sdid, sp->pid[j], v);
       if (bad) rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
     }
   }
   aipc__exporter_unlock();
   free(values);
-  free(local);
   return rc;
 }
 

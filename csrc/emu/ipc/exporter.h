@@ -35,6 +35,11 @@ aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *d
  * own and owe nothing back. flags: ACL_RT_VMM_EXPORT_FLAG_*. */
 aclError aipc__exporter_export_physical(const char *call, int fd, uint64_t size, int32_t device, uint64_t flags,
                                         uint64_t *handle);
+/* The same for an ACL_MEM_SHARE_HANDLE_TYPE_FABRIC handle: an export of
+ * kind PHYSICAL named like a key (pid, nonce, id, 128-bit secret), offered
+ * on the super-node socket too; *out is that key (key.h: fabric handles). */
+aclError aipc__exporter_export_fabric(const char *call, int fd, uint64_t size, int32_t device, uint64_t flags,
+                                      aipc__key *out);
 /* Whether k names an export of this process (its pid and nonce; the secret
  * is checked by the calls below). */
 bool aipc__exporter_owns(const aipc__key *k);

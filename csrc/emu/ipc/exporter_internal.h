@@ -43,9 +43,13 @@ typedef struct aipc__ref {
   struct aipc__ref *cprev, *cnext; /* in conn->refs */
 } aipc__ref;
 
+/* An aclrtIpcMemImportPidInterServer entry of another server: its pid is
+ * bound to its process by start time like a local one (the servers of a
+ * super-node share the PID namespace). */
 typedef struct aipc__rpeer {
   uint32_t sdid;
   int32_t pid;
+  void *bound; /* as a whitelist value */
 } aipc__rpeer;
 
 /* An export (exporter_table.c's). */
@@ -89,6 +93,13 @@ struct aipc__sconn {
   int pidfd;
   bool start_known;
   uint64_t start;
+  /* Came through the super-node socket (another server, maybe): its server
+   * is read from the kernel (the opener's network namespace) at its first
+   * IMPORT, never taken from what it says. */
+  bool remote;
+  bool peer_known;
+  bool peer_same; /* the opener is in this process's network namespace */
+  uint32_t peer_sdid;
   uint32_t guesses_failed; /* guessable lookups refused in a row (exporter_request.c) */
   bool stand_in;        /* test seam: messages carry `sender`, not the kernel's credentials */
   aipc__os_sender sender;
@@ -172,8 +183,13 @@ aipc__wl_verdict aipc__whitelisted(const aipc__export *e, pid_t pid, uint64_t st
  * without the lock. */
 aclError aipc__whitelist_value(const char *call, int32_t pid, void **value);
 int aipc__whitelist_add(aipc__export *e, int32_t pid, void *value);
-/* Records an importer of another server (it would need the fabric). 0 or -1. */
-int aipc__remote_add(aipc__export *e, uint32_t sdid, int32_t pid);
+/* Whitelists process pid of server sdid, another server (value as from
+ * aipc__whitelist_value). 0 or -1. */
+int aipc__remote_add(aipc__export *e, uint32_t sdid, int32_t pid, void *value);
+/* Whether process pid of another server sdid, which started at start, may
+ * import e: its inter-server whitelist, and for physical memory the pids
+ * given to aclrtMemSetPidToShareableHandle (pids of the super-node). */
+aipc__wl_verdict aipc__whitelisted_remote(const aipc__export *e, uint32_t sdid, pid_t pid, uint64_t start);
 
 /* Frees every export (unpin: their blocks too, else memory.c forgot them)
  * and reference. After the connections are gone. */
@@ -232,6 +248,9 @@ void aipc__export_drain(aipc__export *e);
 aclError aipc__exporter_start(const char *call);
 /* Opens the shareable-handle socket once (the server running). */
 aclError aipc__exporter_door_open(const char *call);
+/* Binds this exporter's socket in the super-node directory once (the
+ * server running): importers of other servers connect there. */
+aclError aipc__exporter_supernode_open(const char *call);
 /* Its number (the top half of every shareable handle), 0 before; no lock needed. */
 uint32_t aipc__exporter_door(void);
 /* Wakes the server thread, if it runs (the closing list got its first export). */

@@ -22,6 +22,7 @@
 
 #include "emu/ipc/exporter_internal.h"
 #include "emu/ipc/proto.h"
+#include "emu/ipc/supernode.h"
 
 #define DRAIN_MAX 4096 /* messages per connection when a close drains it */
 
@@ -103,8 +104,18 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
   aipc__sender_verdict who = aipc__sconn_sender(c, from->pid, &start);
   bool guess = guessable(q), held_off = false;
   if (guess) held_off = !guess_allowed(now = aipc__os_now_ns());
+  /* A connection through the super-node socket: the opener's server, by its
+   * network namespace (read once, while the pidfd says it is the opener). */
+  if (who == AIPC_SENDER_OPENER && c->remote && !c->peer_known &&
+      aipc__supernode_peer(c->pid, &c->peer_sdid, &c->peer_same) == 0)
+    c->peer_known = c->pidfd < 0 || !aipc__os_pidfd_ended(c->pidfd);
+  uint32_t here = aipc__server_sdid();
+  bool other_server = c->remote && c->peer_known && !c->peer_same;
+  uint32_t server = other_server ? c->peer_sdid : here; /* the sender's, by the kernel's word */
   aipc__export *e = who == AIPC_SENDER_OPENER && !held_off ? aipc__export_lookup(q->export_id, q->secret) : NULL;
-  aipc__wl_verdict wl = e ? aipc__whitelisted(e, from->pid, start) : AIPC_WL_NOT_LISTED;
+  aipc__wl_verdict wl = !e               ? AIPC_WL_NOT_LISTED
+                        : other_server ? aipc__whitelisted_remote(e, server, from->pid, start)
+                                       : aipc__whitelisted(e, from->pid, start);
   /* A guess that found nothing this peer may have answers as a miss. */
   bool unseen = !e || (guess && (e->closed || want != e->kind || wl != AIPC_WL_YES));
   if (from->uid != aipc__exporter_me->euid) {
@@ -123,10 +134,23 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
                      "process %d, which opened this connection, is gone: the process sending as pid %d now is another "
                      "one, and is refused (the exporter is process %d)",
                      (int)c->pid, (int)from->pid, (int)aipc__exporter_me->pid);
-  } else if (q->sdid != aipc__config_get()->sdid) {
-    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "importer is on server %u, the exporter on server %u: cross-server import needs the "
-                         "super-node fabric; the emulator has none",
-                         q->sdid, aipc__config_get()->sdid);
+  } else if (c->remote && !c->peer_known) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
+                     "cannot read the network namespace of process %d, which came through the super-node directory, "
+                     "so its server is unknown: refused (the exporter is process %d)",
+                     (int)from->pid, (int)aipc__exporter_me->pid);
+  } else if (q->sdid != server && !other_server) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                     "process %d says it is on server %u, but it runs in the network namespace of the exporter "
+                     "(process %d), which is server %u: a server is a network namespace, and all its processes must "
+                     "agree on its sdid (ASCEND_IPC_SDID); run the processes of another server in a network namespace "
+                     "of their own",
+                     (int)from->pid, q->sdid, (int)aipc__exporter_me->pid, here);
+  } else if (q->sdid != server) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
+                     "process %d says it is on server %u, but its network namespace is server %u's (refused: a "
+                     "process's server is read from the kernel; the exporter is process %d of server %u)",
+                     (int)from->pid, q->sdid, server, (int)aipc__exporter_me->pid, here);
   } else if (held_off) {
     c->guesses_failed++;
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_IPC_ERROR,
@@ -143,6 +167,20 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
   } else if (want != e->kind) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_INVALID_PARAM, "the key is %s, not %s", aipc__object_what(e->kind),
                      aipc__object_what(want));
+  } else if (other_server && e->kind == AIPC_OBJECT_EVENT) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                     "IPC events are shared within one server only (CANN has no inter-server whitelist for them); "
+                     "process %d is on server %u, the exporter on server %u: use an IPC notify across servers",
+                     (int)from->pid, server, here);
+  } else if (wl == AIPC_WL_NOT_LISTED && other_server) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
+                     "process %d of server %u is not on the whitelist of this key for that server: the exporter "
+                     "(process %d of server %u) must pass {sdid %u, pid %d} to %s, or export with pid validation "
+                     "disabled",
+                     (int)from->pid, server, (int)aipc__exporter_me->pid, here, server, (int)from->pid,
+                     e->kind == AIPC_OBJECT_NOTIFY     ? "aclrtNotifySetImportPidInterServer"
+                     : e->kind == AIPC_OBJECT_PHYSICAL ? "aclrtMemSetPidToShareableHandleV2"
+                                                       : "aclrtIpcMemImportPidInterServer");
   } else if (wl == AIPC_WL_NOT_LISTED) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
                      "process %d is not on the whitelist of this key: the exporter (process %d) must %s", (int)from->pid,

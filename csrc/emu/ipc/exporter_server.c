@@ -13,7 +13,12 @@
  * every request (exporter_request.c). docs/design-ipc.md, "Security model".
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -28,6 +33,7 @@
 #include "emu/ipc/identity.h"
 #include "emu/ipc/proto.h"
 #include "emu/ipc/spin.h"
+#include "emu/ipc/supernode.h"
 
 /* The server; the exporter lock guards it. */
 static struct exporter_server {
@@ -38,13 +44,16 @@ static struct exporter_server {
   int door_fd;   /* the socket shareable handles are imported through, once one is issued */
   uint32_t door; /* its random number (the top half of every shareable handle), 0 before; read without the lock */
   bool listen_paused;
+  int sn_fd;          /* the socket in the super-node directory, once bound */
+  char sn_path[108];  /* its path, unlinked when it closes (not by a forked child) */
 } g = {
     .listen_fd = -1,
     .door_fd = -1,
+    .sn_fd = -1,
     .wake_fd = -1,
 };
 
-static char listen_tag, door_tag, wake_tag; /* epoll data of the non-connection fds */
+static char listen_tag, door_tag, wake_tag, sn_tag; /* epoll data of the non-connection fds */
 
 /* Until when the server thread polls because a request is on its way
  * (aipc__exporter_expect_request), and whether it sleeps in its poller: each
@@ -82,7 +91,7 @@ static void refuse_at_accept(int fd, aclError status, const char *fmt, ...) {
   aipc__os_close_after_reply(fd);
 }
 
-static void accept_all(int listen_fd) {
+static void accept_all(int listen_fd, bool remote) {
   for (int i = 0; i < 64; i++) {
     int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
@@ -91,6 +100,7 @@ static void accept_all(int listen_fd) {
         /* Out of descriptors: stop listening for a while instead of spinning. */
         aipc__os_poller_del(aipc__exporter_poller(), g.listen_fd);
         if (g.door_fd >= 0) aipc__os_poller_del(aipc__exporter_poller(), g.door_fd);
+        if (g.sn_fd >= 0) aipc__os_poller_del(aipc__exporter_poller(), g.sn_fd);
         g.listen_paused = true;
       }
       return;
@@ -129,6 +139,7 @@ static void accept_all(int listen_fd) {
       close(fd);
       continue;
     }
+    c->remote = remote;
     if (aipc__os_poller_add(aipc__exporter_poller(), fd, c) != 0) {
       aipc__sconn_kill(c); /* closes fd */
       continue;
@@ -142,6 +153,7 @@ static bool poll_again(int fd, void *tag) { return aipc__os_poller_add(aipc__exp
 static void resume_listen(void) {
   if (!poll_again(g.listen_fd, &listen_tag)) return;
   if (g.door_fd >= 0 && !poll_again(g.door_fd, &door_tag)) return;
+  if (g.sn_fd >= 0 && !poll_again(g.sn_fd, &sn_tag)) return;
   g.listen_paused = false;
 }
 
@@ -192,9 +204,11 @@ static void *server_main(void *arg) {
     for (int i = 0; i < n; i++) {
       void *tag = tags[i];
       if (tag == &listen_tag) {
-        accept_all(g.listen_fd);
+        accept_all(g.listen_fd, false);
       } else if (tag == &door_tag) {
-        accept_all(g.door_fd);
+        accept_all(g.door_fd, false);
+      } else if (tag == &sn_tag) {
+        accept_all(g.sn_fd, true);
       } else if (tag == &wake_tag) {
         aipc__os_waker_drain(g.wake_fd);
       } else {
@@ -213,7 +227,18 @@ static void *server_main(void *arg) {
 
 /* ---- start, stop, fork ------------------------------------------------------- */
 
+/* Closes the super-node socket; unlink: its file too (not a forked
+ * child's copy: the name is the parent's). */
+static void sn_close(bool unlink_it) {
+  if (g.sn_fd < 0) return;
+  if (unlink_it && g.sn_path[0]) unlink(g.sn_path);
+  close(g.sn_fd);
+  g.sn_fd = -1;
+  g.sn_path[0] = '\0';
+}
+
 static void close_fds(void) {
+  sn_close(true);
   if (g.listen_fd >= 0) close(g.listen_fd);
   if (g.door_fd >= 0) close(g.door_fd);
   g.door_fd = -1;
@@ -308,6 +333,7 @@ static void server_clear(void) {
 
 /* A forked child: forget, close fds, free. */
 static void server_child_reset(void) {
+  sn_close(false);
   aipc__sconns_child_reset();
   aipc__exporter_table_clear(false);
   close_fds(); /* the listening socket above all: it must not keep the parent's name alive */
@@ -352,6 +378,71 @@ fail:;
   if (fd >= 0) close(fd);
   return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot open the shareable-handle socket of process %d: %s: %s", call,
                     (int)aipc__exporter_me->pid, what, strerror(e));
+}
+
+/* At exit the socket's file goes with the process (a killed one leaves it:
+ * the next exporter to bind there removes the files of dead processes). */
+static void sn_atexit(void) {
+  if (g.sn_fd >= 0 && g.sn_path[0]) unlink(g.sn_path);
+}
+
+/* Removes the sockets of processes that are gone from the directory. */
+static void sn_sweep(void) {
+  DIR *d = opendir(aipc__config_get()->supernode_dir);
+  if (!d) return;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    unsigned pid;
+    unsigned long long nonce;
+    int used = 0;
+    if (sscanf(de->d_name, "%u.%16llx%n", &pid, &nonce, &used) != 2 || de->d_name[used] != '\0' || pid == 0 ||
+        pid > INT32_MAX)
+      continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    struct stat st;
+    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode))
+      unlinkat(dirfd(d), de->d_name, 0);
+  }
+  closedir(d);
+}
+
+aclError aipc__exporter_supernode_open(const char *call) {
+  if (g.sn_fd >= 0) return ACL_SUCCESS;
+  static bool atexit_set;
+  if (!atexit_set) atexit_set = atexit(sn_atexit) == 0;
+  const char *what = "socket";
+  struct sockaddr_un sa;
+  unsigned salen = aipc__supernode_sockaddr(&sa, aipc__exporter_me->pid, aipc__exporter_me->nonce);
+  int fd = -1;
+  if (salen == 0) {
+    errno = ENAMETOOLONG;
+    what = "the super-node directory's path";
+    goto fail;
+  }
+  sn_sweep();
+  fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) goto fail;
+  what = "bind";
+  /* The name holds this start's random nonce: a file there is a dead
+   * process's leftover (a pid given again), never a live exporter's. */
+  if (bind(fd, (struct sockaddr *)&sa, salen) != 0) {
+    if (errno != EADDRINUSE || unlink(sa.sun_path) != 0 || bind(fd, (struct sockaddr *)&sa, salen) != 0) goto fail;
+  }
+  snprintf(g.sn_path, sizeof g.sn_path, "%s", sa.sun_path);
+  if (start_listening(fd, &what) != 0) goto fail;
+  what = "epoll_ctl";
+  if (!g.listen_paused && aipc__os_poller_add(aipc__exporter_poller(), fd, &sn_tag) != 0) goto fail;
+  g.sn_fd = fd;
+  return ACL_SUCCESS;
+fail:;
+  int e = errno;
+  if (fd >= 0) {
+    if (g.sn_path[0]) unlink(g.sn_path);
+    close(fd);
+  }
+  g.sn_path[0] = '\0';
+  return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: cannot open the super-node socket of process %d in %s: %s: %s", call,
+                    (int)aipc__exporter_me->pid, aipc__config_get()->supernode_dir, what, strerror(e));
 }
 
 uint32_t aipc__exporter_door(void) { return __atomic_load_n(&g.door, __ATOMIC_ACQUIRE); }

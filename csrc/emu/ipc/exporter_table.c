@@ -248,7 +248,7 @@ int aipc__whitelist_add(aipc__export *e, int32_t pid, void *value) {
   return aipc__hmap_put(&e->whitelist, aipc__pkey(pid), value);
 }
 
-int aipc__remote_add(aipc__export *e, uint32_t sdid, int32_t pid) {
+int aipc__remote_add(aipc__export *e, uint32_t sdid, int32_t pid, void *value) {
   if (e->n_remote == e->cap_remote) {
     size_t cap = e->cap_remote ? e->cap_remote * 2 : 8;
     aipc__rpeer *v = realloc(e->remote, cap * sizeof *v);
@@ -256,8 +256,26 @@ int aipc__remote_add(aipc__export *e, uint32_t sdid, int32_t pid) {
     e->remote = v;
     e->cap_remote = cap;
   }
-  e->remote[e->n_remote++] = (aipc__rpeer){sdid, pid};
+  for (size_t i = 0; i < e->n_remote; i++)
+    if (e->remote[i].sdid == sdid && e->remote[i].pid == pid) {
+      e->remote[i].bound = value; /* set again: bound to the process that has the pid now */
+      return 0;
+    }
+  e->remote[e->n_remote++] = (aipc__rpeer){sdid, pid, value};
   return 0;
+}
+
+aipc__wl_verdict aipc__whitelisted_remote(const aipc__export *e, uint32_t sdid, pid_t pid, uint64_t start) {
+  if (e->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) return AIPC_WL_YES;
+  void *v = NULL;
+  for (size_t i = 0; i < e->n_remote && !v; i++)
+    if (e->remote[i].sdid == sdid && e->remote[i].pid == pid) v = e->remote[i].bound;
+  /* aclrtMemSetPidToShareableHandle(V2) names pids without servers */
+  if (!v && e->kind == AIPC_OBJECT_PHYSICAL) v = aipc__hmap_get(&e->whitelist, aipc__pkey(pid));
+  if (!v) return AIPC_WL_NOT_LISTED;
+  if (v == WL_NOBODY) return AIPC_WL_NEVER_RAN;
+  if (wl_bound(start) != v) return AIPC_WL_GONE;
+  return AIPC_WL_YES;
 }
 
 /* ---- clear, count, audit ------------------------------------------------------------ */

@@ -21,6 +21,7 @@
 #include "emu/ipc/importer.h"
 #include "emu/ipc/importer_internal.h"
 #include "emu/ipc/mapper.h"
+#include "emu/ipc/supernode.h"
 #include "os/os.h"
 
 
@@ -143,13 +144,20 @@ static aclError import_via(const char *call, const aipc__key *k, uint64_t flags,
   /* A door of shareable handles has no place: its number is all a handle
    * carries. A key of this process's own place, the usual case, costs no
    * system call and no name. */
-  if (k->nonce != 0 && k->place != aipc__self_place()) {
+  bool remote = k->sdid != aipc__server_sdid();
+  if (remote) {
+    /* Another server's exporter: through the super-node directory, which
+     * this process joins first (it is checked, and an explicit sdid
+     * registered there, before anything is sent). */
+    aclError rc = aipc__supernode_join(call);
+    if (rc != ACL_SUCCESS) return rc;
+  } else if (k->nonce != 0 && k->place != aipc__self_place()) {
     char who[64];
     aclError placed = aipc__place_check(call, aipc__cconn_name(k->pid, k->nonce, who), k->place);
     if (placed != ACL_SUCCESS) return placed;
   }
   pthread_mutex_lock(&g.lock);
-  aipc__cconn *c = aipc__cconn_get(k->pid, k->nonce);
+  aipc__cconn *c = aipc__cconn_get(k->pid, k->nonce, remote, k->sdid);
   pthread_mutex_unlock(&g.lock);
   if (!c) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
 

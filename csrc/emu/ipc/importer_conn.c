@@ -35,6 +35,7 @@
 #include "emu/ipc/identity.h"
 #include "emu/ipc/importer_internal.h"
 #include "emu/ipc/proto.h"
+#include "emu/ipc/supernode.h"
 #include "os/os.h"
 
 /* A connected socket, shared by the threads sending and receiving on it:
@@ -187,7 +188,7 @@ static void conns_trim(bool sweep_dead) {
   }
 }
 
-aipc__cconn *aipc__cconn_get(uint32_t pid, uint64_t nonce) {
+aipc__cconn *aipc__cconn_get(uint32_t pid, uint64_t nonce, bool remote, uint32_t sdid) {
   aipc__cconn *c = aipc__hmap_get(&g.cconns, ckey(pid, nonce));
   if (!c) {
     conns_trim(true);
@@ -201,6 +202,8 @@ aipc__cconn *aipc__cconn_get(uint32_t pid, uint64_t nonce) {
     pthread_condattr_destroy(&ca);
     c->pid = pid;
     c->nonce = nonce;
+    c->remote = remote;
+    c->sdid = sdid;
     if (aipc__hmap_put(&g.cconns, ckey(pid, nonce), c) != 0) {
       conn_free(c);
       return NULL;
@@ -232,12 +235,15 @@ const char *aipc__cconn_name(uint32_t pid, uint64_t nonce, char buf[64]) {
 
 /* Connects to the exporter's socket, waiting at most connect_ms for room in
  * its backlog. No lock held. */
-static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, uint32_t place, int connect_ms,
-                          int timeout_ms, int *out) {
+static aclError sock_open(const char *call, const aipc__cconn *c, uint32_t place, int connect_ms, int timeout_ms,
+                          int *out) {
+  uint32_t pid = c->pid;
+  uint64_t nonce = c->nonce;
   char who[64];
   aipc__cconn_name(pid, nonce, who);
   struct sockaddr_un sa;
-  unsigned salen = aipc__self_sockaddr(&sa, pid, nonce);
+  unsigned salen = c->remote ? aipc__supernode_sockaddr(&sa, pid, nonce) : aipc__self_sockaddr(&sa, pid, nonce);
+  if (c->remote) place = 0; /* another server's place is elsewhere by design: nothing to explain with it */
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     int e = errno;
@@ -257,6 +263,16 @@ static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, uint32
     if (e == EAGAIN || e == ETIMEDOUT)
       return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
                         "%s: %s did not accept a connection within %d ms (overloaded?)", call, who, timeout_ms);
+    if (c->remote && e == ENOENT)
+      return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                        "%s: %s is on server %u, in another network namespace, and has no socket in this "
+                        "super-node's directory %s: it never offered anything across servers (a key whitelisted with "
+                        "aclrtIpcMemImportPidInterServer, a fabric handle), it is in another super-node (another "
+                        "ASCEND_IPC_SUPERNODE_DIR), or it exited",
+                        call, who, c->sdid, aipc__config_get()->supernode_dir);
+    if (c->remote && e == ECONNREFUSED)
+      return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: %s of server %u is gone (exited or finalized)", call, who,
+                        c->sdid);
     aclError far = e == ECONNREFUSED || e == ENOENT ? aipc__place_elsewhere(call, who, place) : ACL_SUCCESS;
     if (far != ACL_SUCCESS) return far;
     if (e == ECONNREFUSED || e == ENOENT)
@@ -275,6 +291,22 @@ static aclError sock_open(const char *call, uint32_t pid, uint64_t nonce, uint32
     if (far != ACL_SUCCESS) return far;
     return aipc__fail(ACL_ERROR_RT_IPC_ERROR, "%s: the socket of %s is served by another process (%d): key refused",
                       call, who, (int)peer);
+  }
+  uint32_t peer_sdid = 0;
+  bool peer_same = false;
+  if (c->remote && (aipc__supernode_peer(peer, &peer_sdid, &peer_same) != 0 || peer_same || peer_sdid != c->sdid)) {
+    /* The server is the kernel's word (the exporter's network namespace), not the key's. */
+    close(fd);
+    if (peer_same)
+      return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                        "%s: the key names %s on server %u, but that process runs in this process's network namespace, "
+                        "which is server %u here: a server is a network namespace, and all its processes must agree on "
+                        "its sdid (ASCEND_IPC_SDID); run the processes of another server in a network namespace of "
+                        "their own (or the key is damaged)",
+                        call, who, c->sdid, aipc__server_sdid());
+    return aipc__fail(ACL_ERROR_RT_IPC_ERROR,
+                      "%s: the key names %s on server %u, but that process is on another server: damaged or forged",
+                      call, who, c->sdid);
   }
   if (peer_uid != geteuid()) {
     close(fd);
@@ -296,7 +328,7 @@ static aclError conn_open(const char *call, aipc__cconn *c, uint32_t place, uint
   int left = deadline > now ? (int)(deadline - now) : 1;
   pthread_mutex_unlock(&c->mu);
   int fd = -1;
-  aclError rc = sock_open(call, c->pid, c->nonce, place, left, timeout_ms, &fd);
+  aclError rc = sock_open(call, c, place, left, timeout_ms, &fd);
   aipc__csock *s = rc == ACL_SUCCESS ? malloc(sizeof *s) : NULL;
   pthread_mutex_lock(&c->mu);
   if (rc != ACL_SUCCESS) return rc;
@@ -583,7 +615,7 @@ aclError aipc__cconn_import(const char *call, aipc__cconn *c, const aipc__key *k
   int timeout_ms = aipc__config_get()->timeout_ms;
   aipc__msg q;
   aipc__msg_import(&q, k->export_id, k->secret, (uint32_t)flags | (uint32_t)k->kind << AIPC_IMPORT_KIND_SHIFT,
-                   aipc__config_get()->sdid);
+                   aipc__server_sdid());
   aipc__creq r;
   rt_result rr = RT_DEAD;
   uint64_t gen = 0;

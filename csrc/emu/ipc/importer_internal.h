@@ -38,6 +38,8 @@ typedef struct aipc__cconn {
   pthread_cond_t cv;  /* a reply was handed out, the reader left, or the connection went */
   uint32_t pid;
   uint64_t nonce;
+  bool remote;   /* the exporter is on another server: reached through the super-node directory */
+  uint32_t sdid; /* its server (remote) */
   aipc__csock *sock; /* NULL when not connected */
   uint64_t gen;      /* bumped at every (re)connect and drop */
   uint64_t next_req;
@@ -66,8 +68,10 @@ typedef struct aipc__granted {
 } aipc__granted;
 
 /* The importer lock held: the connection to (pid, nonce) with a user
- * reference (made, unconnected, if there was none), or NULL. */
-aipc__cconn *aipc__cconn_get(uint32_t pid, uint64_t nonce);
+ * reference (made, unconnected, if there was none), or NULL. remote, sdid:
+ * where a new one connects (an exporter is of one server, so a connection's
+ * never changes). */
+aipc__cconn *aipc__cconn_get(uint32_t pid, uint64_t nonce, bool remote, uint32_t sdid);
 /* The importer lock held. Gives back a user reference. */
 void aipc__cconn_put(aipc__cconn *c);
 /* The importer lock held: frees every connection (unmap: aclFinalize), or

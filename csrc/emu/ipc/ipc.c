@@ -14,6 +14,7 @@
 #include "emu/ipc/importer.h"
 #include "emu/ipc/ipc.h"
 #include "emu/ipc/key.h"
+#include "emu/ipc/supernode.h"
 
 aclError aipc__emu_ipc_get_export_key(void *devPtr, size_t size, char *key, size_t len, uint64_t flags) {
   const char *call = AIPC_CALL_NAME(ipc_get_export_key);
@@ -65,7 +66,7 @@ aclError aipc__emu_ipc_import_pid_inter_server(const char *key, aclrtServerPid *
         return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: serverPids[%zu].pid[%zu] = %d is not a process id", call, i, j,
                           (int)serverPids[i].pid[j]);
   }
-  return aipc__exporter_allow_servers(call, &k, serverPids, num, aipc__config_get()->sdid);
+  return aipc__exporter_allow_servers(call, &k, serverPids, num, aipc__server_sdid());
 }
 
 aclError aipc__emu_ipc_set_attr(const char *key, aclrtIpcMemAttrType type, uint64_t attr) {
@@ -101,6 +102,22 @@ aclError aipc__emu_ipc_get_attr(const char *key, aclrtIpcMemAttrType type, uint6
   return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: key is neither an export nor an import of this process", call);
 }
 
+/* An import of a key of another server: through the super-node directory.
+ * A key that names this process with another sdid is none it issued. */
+static aclError foreign_server(const char *call, const aipc__key *k, uint64_t flags, void **devPtr) {
+  if (aipc__exporter_owns(k))
+    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                      "%s: the key names this process but server %u, and this process is server %u of its super-node: "
+                      "damaged or forged",
+                      call, k->sdid, aipc__server_sdid());
+  if (k->kind == AIPC_OBJECT_EVENT)
+    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                      "%s: the IPC event was created on server %u, in another network namespace, and this is server "
+                      "%u: IPC events are shared within one server only (CANN has no inter-server whitelist for them); use an IPC notify across servers",
+                      call, k->sdid, aipc__server_sdid());
+  return aipc__importer_import(call, k, flags, devPtr);
+}
+
 aclError aipc__emu_ipc_import_by_key(void **devPtr, const char *key, uint64_t flags) {
   const char *call = AIPC_CALL_NAME(ipc_import_by_key);
   if (!devPtr) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", call);
@@ -111,12 +128,7 @@ aclError aipc__emu_ipc_import_by_key(void **devPtr, const char *key, uint64_t fl
     return aipc__fail(ACL_ERROR_INVALID_PARAM,
                       "%s: unknown flags 0x%llx (ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT or _ENABLE_PEER_ACCESS)", call,
                       (unsigned long long)flags);
-  uint32_t here = aipc__config_get()->sdid;
-  if (k.sdid != here)
-    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                      "%s: the key was exported on server %u and this is server %u (ASCEND_IPC_SDID): cross-server "
-                      "import needs the super-node fabric; the emulator has none",
-                      call, k.sdid, here);
+  if (k.sdid != aipc__server_sdid()) return foreign_server(call, &k, flags, devPtr);
   /* One's own key: no socket, the exporter's own pointer. */
   if (aipc__exporter_owns(&k)) return aipc__exporter_import_own(call, &k, devPtr);
   return aipc__importer_import(call, &k, flags, devPtr);
@@ -156,20 +168,17 @@ aclError aipc__ipc_share_allow(const char *call, const char *key, const int32_t 
 aclError aipc__ipc_share_allow_servers(const char *call, const char *key, const aclrtServerPid *servers, size_t num) {
   aipc__key k;
   aclError rc = aipc__key_parse(call, key, &k);
-  return rc ? rc : aipc__exporter_allow_servers(call, &k, servers, num, aipc__config_get()->sdid);
+  return rc ? rc : aipc__exporter_allow_servers(call, &k, servers, num, aipc__server_sdid());
 }
 
 aclError aipc__ipc_open(const char *call, aipc__object_kind kind, const char *key, void **page, uint32_t *owner) {
   aipc__key k;
   aclError rc = aipc__key_parse_kind(call, key, kind, &k);
   if (rc != ACL_SUCCESS) return rc;
-  uint32_t here = aipc__config_get()->sdid;
-  if (k.sdid != here)
-    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                      "%s: the key was issued on server %u and this is server %u (ASCEND_IPC_SDID): the emulator has "
-                      "no super-node fabric",
-                      call, k.sdid, here);
-  rc = aipc__exporter_owns(&k) ? aipc__exporter_import_own(call, &k, page) : aipc__importer_import(call, &k, 0, page);
+  if (k.sdid != aipc__server_sdid())
+    rc = foreign_server(call, &k, 0, page);
+  else
+    rc = aipc__exporter_owns(&k) ? aipc__exporter_import_own(call, &k, page) : aipc__importer_import(call, &k, 0, page);
   if (rc == ACL_SUCCESS) *owner = k.pid;
   memset(k.secret, 0, sizeof k.secret);
   return rc;
@@ -195,7 +204,7 @@ aclError aipc__ipc_share_physical(const char *call, int fd, uint64_t size, int32
 
 static aclError physical_key(const char *call, uint64_t handle, aipc__key *k) {
   aclError rc = aipc__shareable_parse(call, handle, k);
-  k->sdid = aipc__config_get()->sdid;
+  k->sdid = aipc__server_sdid();
   return rc;
 }
 
@@ -223,6 +232,67 @@ void aipc__ipc_release_physical(const char *call, uint64_t handle) {
   if (physical_key(call, handle, &k) == ACL_SUCCESS) aipc__exporter_close(call, &k, true, &found);
 }
 
+/* ---- fabric handles (ipc.h) ------------------------------------------------------ */
+
+aclError aipc__ipc_share_fabric(const char *call, int fd, uint64_t size, int32_t device, bool check_pids,
+                                uint8_t handle[AIPC_FABRIC_LEN]) {
+  aipc__key k;
+  aclError rc = aipc__exporter_export_fabric(call, fd, size, device,
+                                             check_pids ? ACL_RT_VMM_EXPORT_FLAG_DEFAULT
+                                                        : ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION,
+                                             &k);
+  if (rc == ACL_SUCCESS) aipc__fabric_write(&k, aipc__supernode_id(), handle);
+  memset(k.secret, 0, sizeof k.secret);
+  return rc;
+}
+
+/* The key of a fabric handle issued in this super-node, or a recorded error. */
+static aclError fabric_key(const char *call, const uint8_t handle[AIPC_FABRIC_LEN], aipc__key *k) {
+  uint64_t issued;
+  aclError rc = aipc__fabric_parse(call, handle, k, &issued);
+  if (rc != ACL_SUCCESS) return rc;
+  if ((rc = aipc__supernode_join(call)) != ACL_SUCCESS) return rc;
+  uint64_t here = aipc__supernode_id();
+  if (issued != here)
+    return aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                      "%s: the fabric handle was issued in super-node %016llx, and this process is in super-node "
+                      "%016llx (directory %s): servers share memory only within one super-node "
+                      "(ASCEND_IPC_SUPERNODE_DIR names it)",
+                      call, (unsigned long long)issued, (unsigned long long)here, aipc__config_get()->supernode_dir);
+  return ACL_SUCCESS;
+}
+
+aclError aipc__ipc_fabric_allow(const char *call, const uint8_t handle[AIPC_FABRIC_LEN], const int32_t *pids,
+                                size_t num) {
+  aipc__key k;
+  aclError rc = fabric_key(call, handle, &k);
+  if (rc == ACL_SUCCESS) rc = aipc__exporter_allow(call, &k, pids, num);
+  memset(k.secret, 0, sizeof k.secret);
+  return rc;
+}
+
+aclError aipc__ipc_open_fabric(const char *call, const uint8_t handle[AIPC_FABRIC_LEN], int *fd, uint64_t *size,
+                               int32_t *device) {
+  aipc__key k;
+  aclError rc = fabric_key(call, handle, &k);
+  if (rc == ACL_SUCCESS && aipc__exporter_owns(&k))
+    rc = aipc__fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                    "%s: the handle was exported by this process; CANN imports shareable handles in other processes "
+                    "only (use the aclrtDrvMemHandle you exported)",
+                    call);
+  if (rc == ACL_SUCCESS) rc = aipc__importer_fetch(call, &k, fd, size, device);
+  memset(k.secret, 0, sizeof k.secret);
+  return rc;
+}
+
+void aipc__ipc_release_fabric(const char *call, const uint8_t handle[AIPC_FABRIC_LEN]) {
+  aipc__key k;
+  uint64_t issued;
+  bool found;
+  if (aipc__fabric_parse(call, handle, &k, &issued) == ACL_SUCCESS) aipc__exporter_close(call, &k, true, &found);
+  memset(k.secret, 0, sizeof k.secret);
+}
+
 /* ---- fork, finalize --------------------------------------------------------------- */
 
 /* Outermost first: the exporter and the importer take the identity and the
@@ -231,11 +301,13 @@ void aipc__ipc_atfork_prepare(void) {
   aipc__exporter_atfork_prepare();
   aipc__importer_atfork_prepare();
   aipc__self_atfork_prepare();
+  aipc__supernode_atfork_prepare();
   aipc__random_atfork_prepare();
 }
 
 void aipc__ipc_atfork_parent(void) {
   aipc__random_atfork_parent();
+  aipc__supernode_atfork_parent();
   aipc__self_atfork_parent();
   aipc__importer_atfork_parent();
   aipc__exporter_atfork_parent();
@@ -243,6 +315,7 @@ void aipc__ipc_atfork_parent(void) {
 
 void aipc__ipc_atfork_child(void) {
   aipc__random_atfork_child();
+  aipc__supernode_atfork_child(); /* it may enter another network namespace: another server */
   aipc__self_atfork_child(); /* a new process, a new name */
   aipc__exporter_atfork_child();
   aipc__importer_atfork_child();

@@ -43,4 +43,15 @@ aclError aipc__ipc_open_physical(const char *call, uint64_t handle, int *fd, uin
 /* Ends a share of this process: no new imports; importers keep theirs. */
 void aipc__ipc_release_physical(const char *call, uint64_t handle);
 
+/* The same for ACL_MEM_SHARE_HANDLE_TYPE_FABRIC: the handle is an
+ * aclrtMemFabricHandle (key.h, fabric handles), importable from every
+ * server of this super-node. */
+aclError aipc__ipc_share_fabric(const char *call, int fd, uint64_t size, int32_t device, bool check_pids,
+                                uint8_t handle[AIPC_FABRIC_LEN]);
+aclError aipc__ipc_fabric_allow(const char *call, const uint8_t handle[AIPC_FABRIC_LEN], const int32_t *pids,
+                                size_t num);
+aclError aipc__ipc_open_fabric(const char *call, const uint8_t handle[AIPC_FABRIC_LEN], int *fd, uint64_t *size,
+                               int32_t *device);
+void aipc__ipc_release_fabric(const char *call, const uint8_t handle[AIPC_FABRIC_LEN]);
+
 #endif

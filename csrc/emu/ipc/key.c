@@ -235,3 +235,65 @@ void aipc__random_atfork_child(void) {
   memset(pool, 0, sizeof pool); /* never hand out the parent's random bytes */
   pool_left = 0;
 }
+
+/* ---- fabric handles (key.h) --------------------------------------------------------- */
+
+static void put_le(uint8_t *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+void aipc__fabric_write(const aipc__key *k, uint64_t supernode, uint8_t out[AIPC_FABRIC_LEN]) {
+  memset(out, 0, AIPC_FABRIC_LEN);
+  put_le(out + 0, AIPC_FABRIC_MAGIC, 4);
+  put_le(out + 4, AIPC_FABRIC_VERSION, 2);
+  put_le(out + 8, supernode, 8);
+  put_le(out + 16, k->sdid, 4);
+  put_le(out + 20, k->pid, 4);
+  put_le(out + 24, k->nonce, 8);
+  put_le(out + 32, k->place, 4);
+  put_le(out + 40, k->export_id, 8);
+  memcpy(out + 48, k->secret, AIPC_SECRET_LEN);
+}
+
+aclError aipc__fabric_parse(const char *call, const uint8_t in[AIPC_FABRIC_LEN], aipc__key *out,
+                            uint64_t *supernode) {
+  static const uint8_t zero[AIPC_FABRIC_LEN];
+  const char *bad = NULL;
+  uint64_t version = get_le(in + 4, 2), pid = get_le(in + 20, 4), nonce = get_le(in + 24, 8);
+  if (get_le(in, 4) != AIPC_FABRIC_MAGIC)
+    bad = "it does not start with this library's mark (bytes 0-3)";
+  else if (version != AIPC_FABRIC_VERSION)
+    bad = "its version (bytes 4-5) is not 1";
+  else if (get_le(in + 6, 2) != 0 || get_le(in + 36, 4) != 0 || memcmp(in + 64, zero, AIPC_FABRIC_LEN - 64) != 0)
+    bad = "its reserved bytes (6-7, 36-39, 64-127) are not zero";
+  else if (get_le(in + 8, 8) == 0)
+    bad = "its super-node id (bytes 8-15) is 0";
+  else if (pid == 0 || pid > INT32_MAX)
+    bad = "its exporter pid (bytes 20-23) is not a process id";
+  else if (nonce == 0 || nonce > AIPC_NONCE_MASK)
+    bad = "its exporter nonce (bytes 24-31) is out of range";
+  else if (get_le(in + 40, 8) == 0)
+    bad = "its export id (bytes 40-47) is 0";
+  else if (memcmp(in + 48, zero, AIPC_SECRET_LEN) == 0)
+    bad = "its secret (bytes 48-63) is all zeros";
+  if (bad)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                      "%s: shareableHandle is not an aclrtMemFabricHandle exported by this library: %s (damaged or "
+                      "forged)",
+                      call, bad);
+  *out = (aipc__key){.kind = AIPC_OBJECT_PHYSICAL,
+                     .pid = (uint32_t)pid,
+                     .sdid = (uint32_t)get_le(in + 16, 4),
+                     .nonce = nonce,
+                     .place = (uint32_t)get_le(in + 32, 4),
+                     .export_id = get_le(in + 40, 8)};
+  memcpy(out->secret, in + 48, AIPC_SECRET_LEN);
+  *supernode = get_le(in + 8, 8);
+  return ACL_SUCCESS;
+}

@@ -113,6 +113,25 @@ aclError aipc__event_handle_parse(const char *call, const aclrtIpcEventHandle *h
  * recorded ACL_ERROR_INVALID_PARAM. */
 aclError aipc__shareable_parse(const char *call, uint64_t handle, aipc__key *out);
 
+/*
+ * Fabric handles (aclrtMemFabricHandle, 128 bytes, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC):
+ * a key of kind PHYSICAL and the super-node it was issued in, little-endian:
+ *   0  u32 magic "AIPF"       4 u16 version 1      6 u16 reserved 0
+ *   8  u64 super-node id (the rendezvous directory's, never 0)
+ *   16 u32 sdid (the exporter's server)            20 u32 exporter pid
+ *   24 u64 exporter nonce (48 bits, never 0)       32 u32 place
+ *   36 u32 reserved 0         40 u64 export id (never 0)
+ *   48 u8 secret[16] (128 random bits; never all 0) 64..127 zero
+ * Parsing is strict: it comes off the network.
+ */
+#define AIPC_FABRIC_LEN 128
+#define AIPC_FABRIC_MAGIC 0x46504941u /* "AIPF" */
+#define AIPC_FABRIC_VERSION 1
+void aipc__fabric_write(const aipc__key *k, uint64_t supernode, uint8_t out[AIPC_FABRIC_LEN]);
+/* The key and super-node id of a handle, or a recorded ACL_ERROR_INVALID_PARAM. */
+aclError aipc__fabric_parse(const char *call, const uint8_t in[AIPC_FABRIC_LEN], aipc__key *out,
+                            uint64_t *supernode);
+
 /* 1 when the two secrets are equal; time independent of where they differ. */
 int aipc__secret_equal(const uint8_t *a, const uint8_t *b);
 
