@@ -43,6 +43,7 @@ from ._C import (
     zeros,
 )
 from ._many import open_many
+from ._supernode import supernode_info
 from ._vmm import MappedHandle, PhysicalMemory, ShareableHandle, VirtualRange, granularity
 
 
@@ -118,6 +119,7 @@ __all__ = [
     "provider",
     "provider_info",
     "set_device",
+    "supernode_info",
     "wrap",
     "zeros",
 ]

@@ -4,7 +4,7 @@ Commands:
   info    the package version, the provider (its library, version and why it was
           chosen), and each device with its memory
   doctor  checks what makes sharing fail on real machines (open-file limit, provider
-          and CANN versions, namespaces, Yama, a sharing round trip) and says how
+          and CANN versions, namespaces, super-node, Yama, a sharing round trip) and says how
           to fix each; exit status 1 when something needs fixing, else 0
           (warnings included); docs/doctor.md
   demo    the producer/four-workers demo (same as ``python -m ascend_ipc.demo``)
@@ -28,6 +28,11 @@ _ENV_VARS = (
     "ASCEND_IPC_EMU_MEMORY",
     "ASCEND_IPC_STRICT",
     "ASCEND_IPC_SDID",
+    "ASCEND_IPC_SUPERNODE_DIR",
+    "ASCEND_IPC_TIMEOUT_MS",
+    "ASCEND_IPC_POLL_US",
+    "ASCEND_IPC_HUGE_PAGES",
+    "ASCEND_IPC_SEND_TIMEOUT_S",
 )
 
 
@@ -136,8 +141,9 @@ def _parser() -> argparse.ArgumentParser:
         "doctor",
         help="check what makes sharing fail here and say how to fix it (exit status 1 if something must be fixed)",
         description="Checks the open-file limit, the provider and CANN versions, the PID and network namespaces, "
-        "Yama's ptrace_scope, and shares a page with a child process. One line per check: ok, info, warn or "
-        "FAIL, with the fix for each that is not ok. Exit status: 1 if any check FAILs, else 0.",
+        "this process's server of a super-node, Yama's ptrace_scope, and shares a page with a child process. "
+        "One line per check: ok, info, warn or FAIL, with the fix for each that is not ok. "
+        "Exit status: 1 if any check FAILs, else 0.",
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.add_argument("-v", "--verbose", action="store_true", help="print the details of every check")

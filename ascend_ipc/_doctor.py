@@ -427,7 +427,7 @@ def check_pid_namespace(aipc: Any) -> Check:
                  data=data)
 
 
-def check_net_namespace(provider: Optional[str]) -> Check:
+def check_net_namespace(provider: Optional[str], supernodes: bool = False) -> Check:
     ns, ino = _ns_id("net")
     initial = True if ino == _INIT_NET_NS else None  # other ids: unknown on older kernels
     data = {"namespace": ns, "initial": initial}
@@ -447,10 +447,115 @@ def check_net_namespace(provider: Optional[str]) -> Check:
     if provider == "cann":
         summary = (f"{ns}{where}: memory keys are the NPU driver's to check; hand-off releases (put and drop) reach "
                    "the sender only within one network namespace")
+    elif supernodes:
+        summary = (f"{ns}{where}: a server of the emulated super-node; other network namespaces are other servers, "
+                   "whose processes open keys exported here when whitelisted by (sdid, pid) or exported without "
+                   "a whitelist (see super-node)")
     else:
         summary = (f"{ns}{where}: keys can be opened only by processes in the same network namespace as the exporter "
                    "(from another one they fail at once with 207000, naming the cause)")
     return Check("net_namespace", "net namespace", INFO, summary, details=details, fix=fix, data=data)
+
+
+def rendezvous_state(path: Optional[str]) -> Dict[str, Any]:
+    """What the super-node's rendezvous directory is like for this process: whether it exists, its
+    owner and mode, whether it is usable (a directory of this user that no other user may enter or
+    write, or one that can be made), and how many servers' sockets are in it."""
+    state: Dict[str, Any] = {"path": path, "exists": False, "usable": False, "sockets": 0, "problem": None}
+    if not path:
+        state["problem"] = "no rendezvous directory is set"
+        return state
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        parent = os.path.dirname(os.path.abspath(path)) or "/"
+        if os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK):
+            state["usable"] = True  # made, mode 0700, by the first process that needs it
+        else:
+            state["problem"] = f"it does not exist and {parent} does not let this user make it"
+        return state
+    except OSError as exc:
+        state["problem"] = f"cannot read it: {exc.strerror}"
+        return state
+    state.update(exists=True, owner=st.st_uid, mode=f"{stat.S_IMODE(st.st_mode):04o}")
+    if not stat.S_ISDIR(st.st_mode):
+        state["problem"] = "it is not a directory" + (" (a symbolic link)" if stat.S_ISLNK(st.st_mode) else "")
+    elif st.st_uid != os.geteuid():
+        state["problem"] = f"it belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+    elif stat.S_IMODE(st.st_mode) & 0o022:
+        state["problem"] = f"mode {state['mode']}: other users may write in it"
+    elif not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        state["problem"] = "this user cannot write in it"
+    else:
+        state["usable"] = True
+        try:
+            with os.scandir(path) as entries:
+                state["sockets"] = sum(1 for e in entries if stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode))
+        except OSError:
+            pass
+    return state
+
+
+def check_supernode(provider: Optional[str], info_fn: Optional[Callable[[], Dict[str, Any]]] = None,
+                    env: Optional[Dict[str, str]] = None) -> Check:
+    """This process's server of the emulated super-node (sdid, network namespace) and the
+    super-node (rendezvous directory, id, whether it is usable); _C.supernode_info() where the
+    build has it."""
+    env = os.environ if env is None else env
+    title = "super-node"
+    settings = {k: env[k] for k in ("ASCEND_IPC_SDID", "ASCEND_IPC_SUPERNODE_DIR") if k in env}
+    if info_fn is None:
+        from ascend_ipc import _C
+
+        info_fn = getattr(_C, "supernode_info", None)  # absent from a runtime build without super-nodes
+    if provider == "cann":
+        return Check("supernode", title, INFO, "the NPU's: servers, sdids and fabric handles are the hardware's "
+                     "(ASCEND_IPC_SDID and ASCEND_IPC_SUPERNODE_DIR are the emulator's and unused here)",
+                     details=["on an Atlas A3 super-node, aclGetDeviceInfo(ACL_DEV_ATTR_SUPER_POD_DEVICE_ID) gives "
+                              "a device's sdid; whitelist other servers' processes with "
+                              "IpcHandle.allow(pid, sdid=...)"],
+                     data={"provider": provider, "settings": settings})
+    if info_fn is None:
+        sdid = f"sdid {env['ASCEND_IPC_SDID']} (ASCEND_IPC_SDID)" if "ASCEND_IPC_SDID" in env else "sdid 0"
+        return Check("supernode", title, INFO, f"this build emulates no super-node ({sdid}): other servers' keys "
+                     "and fabric handles are refused (207000)",
+                     data={"available": False, "settings": settings})
+    try:
+        info = dict(info_fn())
+    except Exception as exc:  # the runtime says why
+        return Check("supernode", title, WARN, f"cannot read this process's server: {type(exc).__name__}: {exc}",
+                     data={"available": True, "error": str(exc), "settings": settings})
+    ns, ino = _ns_id("net")
+    rdv = rendezvous_state(info.get("supernode_dir"))
+    sdid = info.get("sdid")
+    how = "ASCEND_IPC_SDID" if "ASCEND_IPC_SDID" in settings else "derived from the network namespace"
+    where = "ASCEND_IPC_SUPERNODE_DIR" if "ASCEND_IPC_SUPERNODE_DIR" in settings else "the default"
+    server = f"server sdid {sdid} ({how}) in {ns or 'net:[?]'}"
+    node = f"super-node {info.get('supernode_id') or '(none)'} at {rdv['path']} ({where})"
+    data = {"available": True, "info": info, "rendezvous": rdv, "settings": settings, "namespace": ns}
+    details = [
+        "a server of the emulated super-node is a network namespace; its processes share memory with processes "
+        "of other servers of the same super-node (the same rendezvous directory) that they whitelist by "
+        "(sdid, pid): IpcHandle.allow(pid, sdid=...), aclrtIpcMemImportPidInterServer, "
+        "aclrtNotifySetImportPidInterServer, and fabric shareable handles",
+        "processes of another super-node (another ASCEND_IPC_SUPERNODE_DIR) or of another user are refused",
+    ]
+    if info.get("netns") is not None and ino is not None and info["netns"] != ino:
+        details.append(f"the runtime's namespace {info['netns']} is not this thread's {ino}: the process moved "
+                       "after it first used IPC")
+    problem = info.get("problem") or rdv["problem"]  # the runtime's own verdict first
+    if info.get("problem") or not rdv["usable"]:
+        return Check("supernode", title, WARN, f"{server}; {node}: not usable, {problem}",
+                     details=details + ["sharing within this server works; with other servers it fails"],
+                     fix=[f"point ASCEND_IPC_SUPERNODE_DIR at a directory of this user with mode 0700, the same "
+                          "for every server of the super-node (e.g. mkdir -m 700 /tmp/my-supernode)"],
+                     data=data)
+    seen = f", {rdv['sockets']} server socket(s) there" if rdv["exists"] else ", made on first use"
+    return Check("supernode", title, INFO, f"{server}; {node}: usable{seen}", details=details,
+                 fix=["run each server's processes with the same ASCEND_IPC_SUPERNODE_DIR; give servers distinct "
+                      "network namespaces (tests/supernode/servers.sh makes them)"], data=data)
 
 
 def check_ptrace_scope() -> Check:
@@ -631,7 +736,8 @@ def collect(sharing: bool = True) -> Dict[str, Any]:
         check_open_files(provider),
         check_provider(aipc),
         check_pid_namespace(aipc),
-        check_net_namespace(provider),
+        check_net_namespace(provider, supernodes=provider != "cann" and hasattr(aipc._C, "supernode_info")),
+        check_supernode(provider),
         check_ptrace_scope(),
     ]
     if sharing:

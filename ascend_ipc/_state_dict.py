@@ -23,7 +23,9 @@ import math
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from . import _C
-from ._C import Event, IpcHandle, Stream
+from ._C import AclError, Event, IpcHandle, Stream
+
+_FEATURE_NOT_SUPPORT = 207000  # ACL_ERROR_RT_FEATURE_NOT_SUPPORT: an IPC event of another server
 
 ALIGN = 512  # bytes: every tensor starts on a cache line and a DMA-friendly boundary
 
@@ -67,14 +69,16 @@ class StateDictHandle:
     """A picklable handle of a state dict shared in one export. open() in any process gives
     a dict of zero-copy tensors; the exporter's update() writes new values into them."""
 
-    __slots__ = ("_handle", "_entries", "_event", "_tensors", "_buf", "_ev", "__weakref__")
+    __slots__ = ("_handle", "_entries", "_event", "_tensors", "_buf", "_ev", "_streamed", "__weakref__")
 
-    def __init__(self, handle: IpcHandle, entries: List[_Entry], event: bytes, tensors: Any, buf=None, ev=None):
+    def __init__(self, handle: IpcHandle, entries: List[_Entry], event: bytes, tensors: Any, buf=None, ev=None,
+                 streamed: bool = True):
         # event: the handle of the IPC event that orders the exporter's writes; tensors: what is
         # done to tensors (ascend_ipc.torch's); buf and ev: the exporter's buffer and that Event,
-        # in the process that shared the state dict
+        # in the process that shared the state dict; streamed: whether a write was ever queued on
+        # a stream before this copy was made (the exporter's: so far)
         self._handle, self._entries, self._event, self._tensors = handle, entries, event, tensors
-        self._buf, self._ev = buf, ev
+        self._buf, self._ev, self._streamed = buf, ev, streamed
 
     # ---- what every side can do
 
@@ -110,7 +114,16 @@ class StateDictHandle:
         if self._ev is not None:
             self._ev.synchronize()
             return
-        ev = Event.from_handle(self._event, device)
+        try:
+            ev = Event.from_handle(self._event, device)
+        except AclError as e:
+            # On another server of a super-node the event cannot be opened: CANN shares IPC events
+            # within one server only. With no write ever queued on a stream there is nothing to
+            # wait for (update() without a stream has written before it returned); otherwise the
+            # refusal stands, naming the servers.
+            if e.code == _FEATURE_NOT_SUPPORT and not self._streamed:
+                return
+            raise
         try:
             ev.synchronize()
         finally:
@@ -136,6 +149,7 @@ class StateDictHandle:
                 raise ValueError(f"update(): {e.name!r} is {got}, the shared tensor is {(e.dtype, e.shape)}")
         self._tensors.copy_in(self._buf, self._entries, state_dict)
         if stream is not None:
+            self._streamed = True
             self._ev.record(stream)
 
     def close(self) -> None:
@@ -150,7 +164,7 @@ class StateDictHandle:
         self.close()
 
     def __reduce__(self):
-        return (self._tensors.rebuild, (self._handle, [e.plain() for e in self._entries], self._event))
+        return (self._tensors.rebuild, (self._handle, [e.plain() for e in self._entries], self._event, self._streamed))
 
     def __repr__(self) -> str:
         return (f"StateDictHandle({len(self._entries)} tensors, {self.nbytes} bytes, "
@@ -175,14 +189,15 @@ def _check_entries(entries: List[_Entry], size: int, tensors: Any) -> None:
                        f"of {size} bytes (refused; nothing was imported)")
 
 
-def rebuild(handle: IpcHandle, plain: Iterable[tuple], event: bytes, tensors: Any) -> StateDictHandle:
+def rebuild(handle: IpcHandle, plain: Iterable[tuple], event: bytes, tensors: Any,
+            streamed: bool = True) -> StateDictHandle:
     """The receiver's StateDictHandle from what __reduce__ pickled (tensors.dtype(name, dtype_name)
     gives each entry's dtype)."""
     entries = []
     for name, dtype_name, shape, offset, nbytes, parameter, requires_grad in plain:
         entries.append(_Entry(name, tensors.dtype(name, dtype_name), dtype_name, tuple(shape), int(offset),
                               int(nbytes), bool(parameter), bool(requires_grad)))
-    return StateDictHandle(handle, entries, event, tensors)
+    return StateDictHandle(handle, entries, event, tensors, streamed=bool(streamed))
 
 
 def share(state_dict: Mapping[str, Any], pids, stream: Optional[Stream], device: Optional[int],
@@ -207,4 +222,4 @@ def share(state_dict: Mapping[str, Any], pids, stream: Optional[Stream], device:
         view.close()
     if stream is not None:
         ev.record(stream)
-    return StateDictHandle(handle, entries, ev.ipc_handle, tensors, buf, ev)
+    return StateDictHandle(handle, entries, ev.ipc_handle, tensors, buf, ev, streamed=stream is not None)

@@ -513,9 +513,9 @@ def share_state_dict(state_dict: Mapping[str, torch.Tensor], pids: Optional[Iter
     return _state_dict.share(state_dict, pids, stream, device, _STATE_DICT_TENSORS)
 
 
-def _rebuild_state_dict(handle: IpcHandle, plain: list, event: bytes) -> StateDictHandle:
+def _rebuild_state_dict(handle: IpcHandle, plain: list, event: bytes, streamed: bool = True) -> StateDictHandle:
     """Unpickling of a StateDictHandle (module level, so that a receiver finds it)."""
-    return _state_dict.rebuild(handle, plain, event, _STATE_DICT_TENSORS)
+    return _state_dict.rebuild(handle, plain, event, _STATE_DICT_TENSORS, streamed)
 
 
 def _typed(buf: torch.Tensor, entries: list) -> dict:

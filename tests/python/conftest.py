@@ -9,6 +9,10 @@ Workers: ``workers`` gives long-lived child processes per start method (spawn, f
 forkserver), reused across tests so the suite does not pay interpreter and torch start-up
 for each one; every child is reaped at the end of the session, or at once if a call to it
 times out.
+
+Super-nodes: ``supernode(n=2)`` makes emulated servers (network namespaces joined by veth
+links) and starts processes in them; everything goes at the end of the test
+(tests/python/supernode_servers.py).
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ os.environ.setdefault("ASCEND_IPC_PROVIDER", "emulated")
 import aipc_workers  # noqa: E402  (imports ascend_ipc, which selects the provider)
 
 # Every test is checked for leaked descriptors, device memory, mappings and child
-# processes (tests/python/leakcheck.py).
-pytest_plugins = ["leakcheck"]
+# processes (tests/python/leakcheck.py); the supernode fixture is in supernode_servers.py.
+pytest_plugins = ["leakcheck", "supernode_servers"]
 
 DEFAULT_TIMEOUT = float(os.environ.get("ASCEND_IPC_TEST_TIMEOUT", "600"))
 START_METHODS = ("spawn", "fork", "forkserver")

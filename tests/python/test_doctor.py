@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(300)
 # The folder the package under test was imported from (the source tree when installed
 # editable, site-packages otherwise): the doctor's process must import the same one.
 PACKAGE_HOME = pathlib.Path(aipc.__file__).resolve().parents[1]
-CHECKS = {"open_files", "provider", "pid_namespace", "net_namespace", "ptrace_scope", "sharing"}
+CHECKS = {"open_files", "provider", "pid_namespace", "net_namespace", "supernode", "ptrace_scope", "sharing"}
 LABELS = ("ok", "info", "warn", "FAIL")
 
 
@@ -88,13 +88,18 @@ def test_all_well_exits_0():
     rc, out, err = _doctor_run(soft=_ample_soft())
     assert rc == 0, f"stdout:\n{out}\nstderr:\n{err}"
     lines = _lines_by_title(out)
-    assert set(lines) == {"open files", "provider", "pid namespace", "net namespace", "ptrace scope", "sharing"}, out
+    assert set(lines) == {"open files", "provider", "pid namespace", "net namespace", "super-node", "ptrace scope",
+                          "sharing"}, out
     assert not any(line.startswith("FAIL") for line in out.splitlines()), out
     assert lines["open files"].startswith("ok"), out
     assert lines["provider"].startswith("ok") and "ASCEND_IPC_PROVIDER=emulated" in lines["provider"], out
     assert lines["sharing"].startswith("ok") and "whitelisted by bare_tgid()" in lines["sharing"], out
     assert lines["ptrace scope"].startswith("info") and "not needed by ascend_ipc" in lines["ptrace scope"], out
-    assert "keys can be opened only by processes in the same network namespace as the exporter" in out
+    if hasattr(aipc._C, "supernode_info"):
+        assert "a server of the emulated super-node" in lines["net namespace"], out
+        assert lines["super-node"].startswith("info") and "usable" in lines["super-node"], out
+    else:
+        assert "keys can be opened only by processes in the same network namespace as the exporter" in out
     assert out.rstrip().splitlines()[-1].endswith("exit status 0)"), out
 
 
@@ -299,7 +304,8 @@ def test_network_namespace_is_reported():
     assert rc == 0, f"stdout:\n{out}\nstderr:\n{err}"
     line = _lines_by_title(out)["net namespace"]
     assert line.startswith("info") and os.readlink("/proc/self/ns/net") not in line, out
-    assert "keys can be opened only by processes in the same network namespace as the exporter" in line, out
+    if not hasattr(aipc._C, "supernode_info"):
+        assert "keys can be opened only by processes in the same network namespace as the exporter" in line, out
     assert _lines_by_title(out)["sharing"].startswith("ok"), out
 
 
@@ -350,3 +356,74 @@ def test_every_missing_call_has_a_feature_or_is_c_only():
         _doctor._C_ONLY,
     ]
     assert groups[0][1] == ["aclrtIpcMemSetAttr (in CANN 8.5.0)"]
+
+
+# --------------------------------------------------------------------------- super-node, in process
+
+
+def _info(tmp_path, **over):
+    d = tmp_path / "node"
+    info = {"sdid": 7, "supernode_dir": str(d), "supernode_id": "abc123", "netns": os.stat("/proc/self/ns/net").st_ino}
+    info.update(over)
+    return info
+
+
+def test_supernode_reports_server_and_rendezvous(tmp_path):
+    info = _info(tmp_path)
+    c = _doctor.check_supernode("emulated", lambda: info, env={})
+    assert c.status == "info", c.as_dict()
+    assert "server sdid 7 (derived from the network namespace)" in c.summary, c.summary
+    assert f"super-node abc123 at {info['supernode_dir']} (the default): usable, made on first use" in c.summary
+    assert c.data["rendezvous"]["exists"] is False and c.data["info"] == info
+
+    os.mkdir(info["supernode_dir"], 0o700)
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(os.path.join(info["supernode_dir"], "s1"))
+        c = _doctor.check_supernode("emulated", lambda: info,
+                                    env={"ASCEND_IPC_SDID": "7", "ASCEND_IPC_SUPERNODE_DIR": info["supernode_dir"]})
+    assert c.status == "info" and "(ASCEND_IPC_SDID)" in c.summary, c.summary
+    assert "(ASCEND_IPC_SUPERNODE_DIR)" in c.summary, c.summary
+    assert "usable, 1 server socket(s) there" in c.summary, c.summary
+    assert c.data["settings"] == {"ASCEND_IPC_SDID": "7", "ASCEND_IPC_SUPERNODE_DIR": info["supernode_dir"]}
+
+
+def test_supernode_rendezvous_others_may_write_warns(tmp_path):
+    info = _info(tmp_path)
+    os.mkdir(info["supernode_dir"])
+    os.chmod(info["supernode_dir"], 0o777)
+    c = _doctor.check_supernode("emulated", lambda: info, env={})
+    assert c.status == "warn" and "not usable, mode 0777: other users may write in it" in c.summary, c.summary
+    assert any("mode 0700" in f for f in c.fix), c.fix
+    assert c.data["rendezvous"]["usable"] is False
+
+
+def test_supernode_runtime_problem_warns(tmp_path):
+    info = _info(tmp_path, supernode_id="", problem="the super-node directory /x belongs to uid 5, another user")
+    c = _doctor.check_supernode("emulated", lambda: info, env={})
+    assert c.status == "warn" and "super-node (none) at" in c.summary, c.summary
+    assert "not usable, the super-node directory /x belongs to uid 5, another user" in c.summary, c.summary
+
+
+def test_supernode_rendezvous_not_a_directory_warns(tmp_path):
+    info = _info(tmp_path)
+    pathlib.Path(info["supernode_dir"]).write_text("")
+    c = _doctor.check_supernode("emulated", lambda: info, env={})
+    assert c.status == "warn" and "it is not a directory" in c.summary, c.summary
+
+
+def test_supernode_without_the_core_support_or_on_cann():
+    def broken():
+        raise RuntimeError("no server")
+
+    c = _doctor.check_supernode("emulated", broken, env={})
+    assert c.status == "warn" and "cannot read this process's server: RuntimeError: no server" in c.summary, c.summary
+    c = _doctor.check_supernode("emulated", None, env={"ASCEND_IPC_SDID": "3"})
+    if hasattr(aipc._C, "supernode_info"):
+        assert c.status == "info" and c.data["available"] is True, c.as_dict()
+    else:
+        assert c.status == "info" and "emulates no super-node (sdid 3 (ASCEND_IPC_SDID))" in c.summary, c.summary
+        assert c.data["available"] is False
+    c = _doctor.check_supernode("cann", lambda: {}, env={})
+    assert c.status == "info" and "the NPU's" in c.summary, c.summary

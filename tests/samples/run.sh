@@ -13,9 +13,19 @@
 # libacl_rt.so and libascendcl.so, bin/setenv.bash) and an ascendc.cmake that
 # builds host stand-ins (tests/samples/kernels/) in place of device kernels.
 #
+# A sample with run_server.sh and run_client.sh instead of run.sh (CANN's
+# cross-server sample 12) runs between two emulated servers of one super-node
+# (tests/supernode/servers.sh: two network namespaces joined by a veth pair):
+# run_server.sh in the first, given the port on its standard input; once the
+# server's UDP port is bound there, run_client.sh in the second, given the
+# first's address and the port, in a copy of its own (each script builds in
+# its folder). Where namespaces cannot be made (not root, no `ip`) such a
+# sample is skipped with the reason.
+#
 # Settings: SAMPLE_TIMEOUT (seconds per sample, default 180); BUILD (default
-# build). Each sample's output is in $BUILD/samples/logs/<sample>.log; the
-# summary lists every sample with passed or FAILED and exits 1 if any failed.
+# build); SAMPLE_PORT (the cross-server samples' port, default 8888). Each
+# sample's output is in $BUILD/samples/logs/<sample>.log; the summary lists
+# every sample with passed, skipped or FAILED and exits 1 if any failed.
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -60,21 +70,95 @@ rm -rf "${work}"
 mkdir -p "${work}/logs"
 cp -r "${examples}" "${work}/example"
 
+servers="${root}/tests/supernode/servers.sh"
+port="${SAMPLE_PORT:-8888}"
+server_run=
+# The servers of a cross-server sample go whatever happens (failure, Ctrl-C, TERM).
+trap '[ -n "${server_run}" ] && bash "${servers}" down "${server_run}"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# The server's UDP port is bound in namespace $1 (its /proc/net/udp lists it).
+udp_bound() {
+  local hex
+  hex=$(printf ':%04X ' "$2")
+  ip netns exec "$1" cat /proc/net/udp /proc/net/udp6 2>/dev/null | awk '{print $2" "}' | grep -q -- "${hex}"
+}
+
+# run_pair DIR LOG: run_server.sh in one server, run_client.sh in another; returns the
+# first failure's status (124: timed out), 77: servers cannot be made (the reason in LOG).
+run_pair() {
+  local dir=$1 log=$2 client_dir="$1.client" desc srv_pid rc=0 crc=0 deadline
+  desc=$(bash "${servers}" up 2 2>"${log}")
+  rc=$?
+  if [ ${rc} -ne 0 ]; then
+    [ ${rc} -eq 3 ] && return 77
+    return ${rc}
+  fi
+  local AIPC_RUN AIPC_SERVER_0 AIPC_SERVER_1 AIPC_ADDR_0 AIPC_SERVERS AIPC_ADDR_1
+  eval "${desc}"
+  server_run=${AIPC_RUN}
+  rm -rf "${client_dir}"
+  cp -r "${dir}" "${client_dir}"
+  {
+    echo "== servers: ${AIPC_SERVER_0} (${AIPC_ADDR_0}) runs run_server.sh, ${AIPC_SERVER_1} (${AIPC_ADDR_1}) run_client.sh"
+    echo "== run_server.sh (port ${port})"
+  } >>"${log}"
+  (cd "${dir}" && printf '%s\n' "${port}" |
+    timeout -k 10 "${timeout_s}" ip netns exec "${AIPC_SERVER_0}" bash -o pipefail ./run_server.sh) >"${log}.server" 2>&1 &
+  srv_pid=$!
+  # The client sends one datagram: it starts once the server listens (its build comes first).
+  deadline=$((SECONDS + timeout_s))
+  until udp_bound "${AIPC_SERVER_0}" "${port}"; do
+    if ! kill -0 "${srv_pid}" 2>/dev/null || [ ${SECONDS} -ge ${deadline} ]; then
+      break
+    fi
+    sleep 0.1
+  done
+  if udp_bound "${AIPC_SERVER_0}" "${port}"; then
+    (cd "${client_dir}" && printf '%s\n%s\n' "${AIPC_ADDR_0}" "${port}" |
+      timeout -k 10 "${timeout_s}" ip netns exec "${AIPC_SERVER_1}" bash -o pipefail ./run_client.sh) >"${log}.client" 2>&1
+    crc=$?
+  else
+    echo "the server never bound UDP port ${port} in ${AIPC_SERVER_0}" >"${log}.client"
+    crc=1
+    kill -TERM "${srv_pid}" 2>/dev/null
+  fi
+  wait "${srv_pid}"
+  rc=$?
+  { cat "${log}.server"; echo "== run_client.sh (server ${AIPC_ADDR_0}, port ${port})"; cat "${log}.client"; } >>"${log}"
+  rm -f "${log}.server" "${log}.client"
+  bash "${servers}" down "${AIPC_RUN}"
+  server_run=
+  [ ${rc} -ne 0 ] && return ${rc}
+  return ${crc}
+}
+
 passed=0
+skipped=0
 failed=()
 for s in "${samples[@]}"; do
   s="${s#./}"
   dir="${work}/example/${s}"
   log="${work}/logs/$(echo "${s}" | tr '/' '_').log"
-  if [ ! -f "${dir}/run.sh" ]; then
+  t0=${SECONDS}
+  if [ ! -f "${dir}/run.sh" ] && [ -f "${dir}/run_server.sh" ] && [ -f "${dir}/run_client.sh" ]; then
+    run_pair "${dir}" "${log}"
+    rc=$?
+    if [ ${rc} -eq 77 ]; then
+      echo "skipped ${s}: $(tail -1 "${log}")"
+      skipped=$((skipped + 1))
+      continue
+    fi
+  elif [ ! -f "${dir}/run.sh" ]; then
     echo "FAILED  ${s}: no run.sh in ${examples}/${s}"
     failed+=("${s}")
     continue
+  else
+    # pipefail: run scripts pipe the program into tee, which would hide its status.
+    (cd "${dir}" && timeout -k 10 "${timeout_s}" bash -o pipefail ./run.sh) >"${log}" 2>&1
+    rc=$?
   fi
-  t0=${SECONDS}
-  # pipefail: run scripts pipe the program into tee, which would hide its status.
-  (cd "${dir}" && timeout -k 10 "${timeout_s}" bash -o pipefail ./run.sh) >"${log}" 2>&1
-  rc=$?
   # A program that crashed or threw past main, whatever its script made of it.
   crash=$(grep -E -m1 "terminate called|Segmentation fault|core dumped|Aborted|AddressSanitizer|runtime error:" "${log}")
   [ ${rc} -eq 0 ] && [ -n "${crash}" ] && rc=134
@@ -90,5 +174,5 @@ for s in "${samples[@]}"; do
     failed+=("${s}")
   fi
 done
-echo "${passed} passed, ${#failed[@]} failed"
+echo "${passed} passed, ${skipped} skipped, ${#failed[@]} failed"
 [ ${#failed[@]} -eq 0 ]
