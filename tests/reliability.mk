@@ -30,7 +30,7 @@ FUZZ_OUT ?= build-fuzz
 FUZZ_TIME ?= 60
 FUZZ_RUNS ?= 20000
 FUZZ_SEED ?= 1
-FUZZ_TARGETS = key handle proto server
+FUZZ_TARGETS = key handle proto server fabric
 FUZZ_CLANG ?= $(shell command -v clang 2>/dev/null || command -v clang-14 2>/dev/null || command -v clang-15 2>/dev/null || command -v clang-16 2>/dev/null)
 
 # Each target links the library's sources as a static library built with the
