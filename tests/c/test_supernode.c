@@ -534,6 +534,22 @@ static aclrtDrvMemHandle fabric_export(aclrtMemFabricHandle *fh) {
   return ph;
 }
 
+/* Exports a fabric handle (in a fresh directory) to a child running child:
+ * the child must succeed; the parent then frees and finalizes. */
+static void fabric_to_child(chan_fn child) {
+  fresh_dir();
+  aclrtMemFabricHandle fh;
+  aclrtDrvMemHandle ph = fabric_export(&fh);
+  chan c;
+  chan_open(&c);
+  int pid = chan_spawn(&c, child, NULL);
+  to_child(&c, &fh, sizeof fh);
+  CHECK_EQ(th_wait(pid), 0);
+  chan_close(&c);
+  CHECK_OK(aclrtFreePhysical(ph));
+  CHECK_OK(aclFinalize());
+}
+
 /* A child of another super-node (its own directory, set before its first call). */
 static int other_supernode_child(chan *c, void *arg) {
   (void)arg;
@@ -586,17 +602,7 @@ TEST(another_users_process_refused) {
     fprintf(stderr, "skipped: needs root to become another user\n");
     return;
   }
-  fresh_dir();
-  aclrtMemFabricHandle fh;
-  aclrtDrvMemHandle ph = fabric_export(&fh);
-  chan c;
-  chan_open(&c);
-  int pid = chan_spawn(&c, other_user_child, NULL);
-  to_child(&c, &fh, sizeof fh);
-  CHECK_EQ(th_wait(pid), 0);
-  chan_close(&c);
-  CHECK_OK(aclrtFreePhysical(ph));
-  CHECK_OK(aclFinalize());
+  fabric_to_child(other_user_child);
 }
 
 /* Every byte of a handle changed: refused with a code, never a crash or a hang. */
@@ -623,17 +629,7 @@ static int garbled_child(chan *c, void *arg) {
 
 TEST(garbled_fabric_handles_refused) {
   timeout_never(); /* refusals, not timeouts */
-  fresh_dir();
-  aclrtMemFabricHandle fh;
-  aclrtDrvMemHandle ph = fabric_export(&fh);
-  chan c;
-  chan_open(&c);
-  int pid = chan_spawn(&c, garbled_child, NULL);
-  to_child(&c, &fh, sizeof fh);
-  CHECK_EQ(th_wait(pid), 0);
-  chan_close(&c);
-  CHECK_OK(aclrtFreePhysical(ph));
-  CHECK_OK(aclFinalize());
+  fabric_to_child(garbled_child);
 }
 
 /* A rendezvous directory that must be refused, set up by the parent. */

@@ -86,6 +86,24 @@ aclError aipc__exporter_export(const char *call, aipc__object_kind kind, void *d
   return rc;
 }
 
+/* Lock held. Fills e (calloc'd, e->fd -1) as the physical export id of the
+ * allocation behind fd and puts it in the table; on failure the caller
+ * frees e. */
+static aclError physical_put(const char *call, aipc__export *e, uint64_t id, int fd, uint64_t size, int32_t device,
+                             uint64_t flags) {
+  if ((e->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+    return aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: cannot keep the allocation's descriptor: %s", call,
+                      strerror(errno));
+  e->id = id;
+  e->kind = AIPC_OBJECT_PHYSICAL;
+  e->size = size;
+  e->device = device;
+  e->flags = flags;
+  e->attr = ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO;
+  if (aipc__export_put(e) != 0) return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
+  return ACL_SUCCESS;
+}
+
 aclError aipc__exporter_export_physical(const char *call, int fd, uint64_t size, int32_t device, uint64_t flags,
                                         uint64_t *handle) {
   aipc__exporter_lock();
@@ -111,21 +129,7 @@ aclError aipc__exporter_export_physical(const char *call, int fd, uint64_t size,
     rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: getrandom failed: %s", call, strerror(errno));
     goto out;
   }
-  if ((e->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
-    rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: cannot keep the allocation's descriptor: %s", call,
-                    strerror(errno));
-    goto out;
-  }
-  e->id = id;
-  e->kind = AIPC_OBJECT_PHYSICAL;
-  e->size = size;
-  e->device = device;
-  e->flags = flags;
-  e->attr = ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO;
-  if (aipc__export_put(e) != 0) {
-    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
-    goto out;
-  }
+  if ((rc = physical_put(call, e, id, fd, size, device, flags)) != ACL_SUCCESS) goto out;
   *handle = id;
   e = NULL;
 out:
@@ -151,21 +155,8 @@ aclError aipc__exporter_export_fabric(const char *call, int fd, uint64_t size, i
     rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: getrandom failed: %s", call, strerror(errno));
     goto out;
   }
-  if ((e->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
-    rc = aipc__fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: cannot keep the allocation's descriptor: %s", call,
-                    strerror(errno));
-    goto out;
-  }
-  e->id = ++next_export_id; /* never near a door handle's: counters stay far below 2^32 */
-  e->kind = AIPC_OBJECT_PHYSICAL;
-  e->size = size;
-  e->device = device;
-  e->flags = flags;
-  e->attr = ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO;
-  if (aipc__export_put(e) != 0) {
-    rc = aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of memory", call);
-    goto out;
-  }
+  /* never near a door handle's id: counters stay far below 2^32 */
+  if ((rc = physical_put(call, e, ++next_export_id, fd, size, device, flags)) != ACL_SUCCESS) goto out;
   *out = (aipc__key){.kind = AIPC_OBJECT_PHYSICAL, .pid = aipc__exporter_me->pid, .sdid = aipc__server_sdid(),
                      .nonce = aipc__exporter_me->nonce, .place = aipc__exporter_me->place, .export_id = e->id};
   memcpy(out->secret, e->secret, AIPC_SECRET_LEN);
