@@ -215,7 +215,7 @@ def test_state_dict_entry_beyond_its_buffer_is_refused():
 
     sd = atorch.share_state_dict({"w": torch.arange(64, dtype=torch.float32), "b": torch.ones(8)})
     try:
-        rebuild, (handle, plain, event) = sd.__reduce__()
+        rebuild, (handle, plain, event, *rest) = sd.__reduce__()
         good = pickle.dumps(sd)
         size = handle.size
         bad = []
@@ -232,7 +232,7 @@ def test_state_dict_entry_beyond_its_buffer_is_refused():
                 entries[0][fields.index(k)] = v
             if "shape" in change:
                 entries[0][fields.index("nbytes")] = int(np.prod(change["shape"])) * 4
-            bad.append(pickle.dumps(_Reduced(rebuild, (handle, [tuple(e) for e in entries], event))))
+            bad.append(pickle.dumps(_Reduced(rebuild, (handle, [tuple(e) for e in entries], event, *rest))))
         outcomes = receive([good] + bad)
         assert outcomes[0][0] == "OK", outcomes[0]
         for o in outcomes[1:]:

@@ -170,8 +170,19 @@ static void handle_import(aipc__sconn *c, const aipc__msg *q, const aipc__os_sen
   } else if (other_server && e->kind == AIPC_OBJECT_EVENT) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
                      "IPC events are shared within one server only (CANN has no inter-server whitelist for them); "
-                     "process %d is on server %u, the exporter on server %u: use an IPC notify across servers",
+                     "process %d is in another network namespace, server %u, the exporter on server %u: use an IPC "
+                     "notify across servers",
                      (int)from->pid, server, here);
+  } else if (wl == AIPC_WL_NOT_LISTED && other_server && e->kind != AIPC_OBJECT_PHYSICAL &&
+             (e->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION)) {
+    aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                     "%s with pid validation disabled is open to the processes of its own server only; process %d is "
+                     "in another network namespace, server %u, the exporter (process %d) on server %u: the exporter "
+                     "must pass {sdid %u, pid %d} to %s",
+                     e->kind == AIPC_OBJECT_NOTIFY ? "a notify shared" : "a key exported", (int)from->pid, server,
+                     (int)aipc__exporter_me->pid, here, server, (int)from->pid,
+                     e->kind == AIPC_OBJECT_NOTIFY ? "aclrtNotifySetImportPidInterServer"
+                                                   : "aclrtIpcMemImportPidInterServer");
   } else if (wl == AIPC_WL_NOT_LISTED && other_server) {
     aipc__msg_refuse(&a, q->req, ACL_ERROR_RT_NO_PERMISSION,
                      "process %d of server %u is not on the whitelist of this key for that server: the exporter "

@@ -266,7 +266,10 @@ int aipc__remote_add(aipc__export *e, uint32_t sdid, int32_t pid, void *value) {
 }
 
 aipc__wl_verdict aipc__whitelisted_remote(const aipc__export *e, uint32_t sdid, pid_t pid, uint64_t start) {
-  if (e->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) return AIPC_WL_YES;
+  /* Disabled validation reaches other servers for fabric handles only (CANN's
+   * sample 12); keys and notifies cross servers through the inter-server
+   * whitelist alone, the one way CANN documents. */
+  if (e->kind == AIPC_OBJECT_PHYSICAL && (e->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION)) return AIPC_WL_YES;
   void *v = NULL;
   for (size_t i = 0; i < e->n_remote && !v; i++)
     if (e->remote[i].sdid == sdid && e->remote[i].pid == pid) v = e->remote[i].bound;
