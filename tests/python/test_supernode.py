@@ -30,8 +30,13 @@ WORKERS = str(HERE / "supernode_workers.py")
 PORT = 29517  # any port: each server is a network namespace of its own, fresh for the test
 
 
-def _ours(names):
-    return sorted(n for n in names if n.startswith("aipc-"))
+def _of_run(run):
+    # Only this run's namespaces: other tests (and other CI lanes) make servers at the same time.
+    return sorted(n for n in netns_list() if n.startswith(f"aipc-{run}-"))
+
+
+def _run_of(server_name):
+    return server_name[len("aipc-"):].rsplit("-", 1)[0]
 
 
 def _last_json(out: str) -> dict:
@@ -44,10 +49,9 @@ def _last_json(out: str) -> dict:
 
 
 def test_servers_are_namespaces_on_a_link(supernode):
-    before = _ours(netns_list())
     servers = supernode(n=2)
     assert len(servers) == 2 and servers[0].name != servers[1].name
-    assert set(_ours(netns_list())) - set(before) == {s.name for s in servers}
+    assert set(_of_run(servers.run)) == {s.name for s in servers}
     code = ("import os, socket, sys; print(os.readlink('/proc/self/ns/net'), os.readlink('/proc/self/ns/pid'), "
             "os.getpid(), flush=True)\n"
             "if sys.argv[1] == 'listen':\n"
@@ -74,31 +78,32 @@ def test_servers_are_namespaces_on_a_link(supernode):
 def test_script_run_removes_everything_when_a_command_fails():
     if subprocess.run(["bash", str(SCRIPT), "check"], capture_output=True).returncode != 0:
         pytest.skip("servers.sh check: servers cannot be made here")
-    before = _ours(netns_list())
-    r = subprocess.run(["bash", str(SCRIPT), "run", "3", "--", "sh", "-c", "echo $AIPC_SERVER_INDEX $AIPC_ADDR_2", ";",
-                        "sh", "-c", "exit 7", ";", "true"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(["bash", str(SCRIPT), "run", "3", "--", "sh", "-c", "echo $AIPC_SERVER_INDEX $AIPC_ADDR_2 $AIPC_SERVER",
+                        ";", "sh", "-c", "exit 7", ";", "true"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 7, r
-    assert r.stdout.split()[0] == "0" and r.stdout.split()[1].endswith(".3"), r
-    assert _ours(netns_list()) == before
+    index, addr, name = r.stdout.split()[:3]
+    assert index == "0" and addr.endswith(".3") and name.endswith("-0"), r
+    assert _of_run(_run_of(name)) == []
 
 
 def test_script_removes_everything_when_interrupted():
     if subprocess.run(["bash", str(SCRIPT), "check"], capture_output=True).returncode != 0:
         pytest.skip("servers.sh check: servers cannot be made here")
-    before = _ours(netns_list())
     # The commands say they are running; then the script is stopped as Ctrl-C or a CI timeout would.
-    proc = subprocess.Popen(["bash", str(SCRIPT), "run", "2", "--", "sh", "-c", "echo up; exec sleep 600", ";",
-                             "sh", "-c", "echo up; exec sleep 600"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(["bash", str(SCRIPT), "run", "2", "--", "sh", "-c", "echo up $AIPC_SERVER; exec sleep 600",
+                             ";", "sh", "-c", "echo up $AIPC_SERVER; exec sleep 600"], stdout=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout.readline() == "up\n" and proc.stdout.readline() == "up\n"
-        assert len(_ours(netns_list())) == len(before) + 2
+        lines = [proc.stdout.readline().split(), proc.stdout.readline().split()]
+        assert [ln[0] for ln in lines] == ["up", "up"], lines
+        run = _run_of(lines[0][1])
+        assert sorted(ln[1] for ln in lines) == _of_run(run)
         proc.terminate()
         assert proc.wait(timeout=120) == 143
     finally:
         proc.kill()
         proc.wait()
         proc.stdout.close()
-    assert _ours(netns_list()) == before
+    assert _of_run(run) == []
 
 
 def _as_nobody():
@@ -136,13 +141,12 @@ def test_fixture_removes_the_servers_of_a_failing_test(tmp_path):
         "    print('RUN', servers.run, p.pid, flush=True)\n"
         "    assert False, 'on purpose'\n")
     (tmp_path / "conftest.py").write_text("pytest_plugins = ['supernode_servers']\n")
-    before = _ours(netns_list())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", str(inner)],
                        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert r.returncode == 1 and "on purpose" in r.stdout, r.stdout + r.stderr
     run, pid = [ln.split()[1:] for ln in r.stdout.splitlines() if ln.startswith("RUN ")][0]
-    assert _ours(netns_list()) == before
+    assert _of_run(run) == []
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
 
 
