@@ -31,12 +31,13 @@ ALIGN = 512  # bytes: every tensor starts on a cache line and a DMA-friendly bou
 
 
 class _Entry:
-    __slots__ = ("name", "dtype", "dtype_name", "shape", "offset", "nbytes", "parameter", "requires_grad")
+    __slots__ = ("name", "dtype", "dtype_name", "shape", "offset", "nbytes", "parameter", "requires_grad", "strides")
 
     def __init__(self, name, dtype, dtype_name, shape, offset, nbytes, parameter, requires_grad):
         self.name, self.dtype, self.dtype_name, self.shape = name, dtype, dtype_name, shape
         self.offset, self.nbytes = offset, nbytes
         self.parameter, self.requires_grad = parameter, requires_grad
+        self.strides = None  # C-contiguous strides in elements, once _check_entries has checked the shape
 
     def plain(self) -> tuple:
         return (self.name, self.dtype_name, self.shape, self.offset, self.nbytes, self.parameter, self.requires_grad)
@@ -174,19 +175,37 @@ class StateDictHandle:
 def _check_entries(entries: List[_Entry], size: int, tensors: Any) -> None:
     """AclError unless every entry lies in the buffer's size bytes (which IpcHandle.open() in turn
     checks against the exporter's grant): a pickle is data anyone can edit, and a view past the
-    buffer would read memory nobody granted."""
+    buffer would read memory nobody granted. Sets each entry's strides."""
+    itemsize_of = tensors.itemsize
+    shapes: Dict[Any, Optional[Tuple[int, Tuple[int, ...]]]] = {}  # a model repeats its shapes
     for e in entries:
-        itemsize = tensors.itemsize(e.dtype)
-        count = math.prod(e.shape)
+        shape = e.shape
+        try:
+            facts = shapes[shape]
+        except KeyError:
+            facts = shapes[shape] = _shape_facts(shape)
+        except TypeError:  # a shape with something unhashable in it
+            facts = None
+        itemsize = itemsize_of(e.dtype)
         bad = None
-        if any(n < 0 for n in e.shape) or e.nbytes != count * itemsize:
-            bad = f"shape {e.shape} of {e.dtype_name} is {count * itemsize} bytes, the entry says {e.nbytes}"
+        if facts is None:
+            bad = f"shape {shape!r}, which is not a tuple of sizes,"
+        elif e.nbytes != facts[0] * itemsize:
+            bad = f"shape {shape} of {e.dtype_name} is {facts[0] * itemsize} bytes, the entry says {e.nbytes}"
         elif e.offset < 0 or e.offset % max(itemsize, 1) or e.offset + e.nbytes > size:
             bad = f"{e.nbytes} bytes at offset {e.offset}"
         if bad is not None:
             _C._refuse(100000, "aclrtIpcMemImportByKey",
                        f"StateDictHandle.open: tensor {e.name!r} claims {bad} but the exporter granted a buffer "
                        f"of {size} bytes (refused; nothing was imported)")
+        e.strides = facts[1]
+
+
+def _shape_facts(shape: Any) -> Optional[Tuple[int, Tuple[int, ...]]]:
+    """(elements, C-contiguous strides) of a shape, or None unless it is a tuple of sizes (ints >= 0)."""
+    if type(shape) is not tuple or not all(type(n) is int and n >= 0 for n in shape):
+        return None
+    return math.prod(shape), contiguous_strides(shape)
 
 
 def rebuild(handle: IpcHandle, plain: Iterable[tuple], event: bytes, tensors: Any,

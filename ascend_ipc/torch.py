@@ -32,7 +32,7 @@ import contextlib
 import functools
 import threading
 import weakref
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -69,8 +69,14 @@ _BY_NAME = {str(dt).split(".", 1)[1]: dt for dt in _STORAGE}
 Shape = Union[int, Sequence[int], torch.Size]
 
 
+_DTYPE_NAMES: Dict[torch.dtype, str] = {}  # filled as met: str(dtype) costs a microsecond a call
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).split(".", 1)[1]
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).split(".", 1)[1]
+    return name
 
 
 def _storage_dtype(dtype: Any) -> str:
@@ -525,8 +531,10 @@ def _typed(buf: torch.Tensor, entries: list) -> dict:
 
 def _tensor_at(typed: dict, e: Any) -> torch.Tensor:
     # one torch call per tensor: a thousand-tensor dict opens in milliseconds
-    base = typed[e.dtype]
-    return base.as_strided(e.shape, _state_dict.contiguous_strides(e.shape), e.offset // base.element_size())
+    base, strides = typed[e.dtype], e.strides
+    if strides is None:  # the exporter's own entries (a receiver's are checked, strides and all)
+        strides = _state_dict.contiguous_strides(e.shape)
+    return base.as_strided(e.shape, strides, e.offset // e.dtype.itemsize)
 
 
 class _StateDictTensors:
@@ -550,14 +558,18 @@ class _StateDictTensors:
 
     @staticmethod
     def dtype(name: str, dtype_name: str) -> torch.dtype:
-        dt = getattr(torch, dtype_name, None)
-        if not isinstance(dt, torch.dtype):
-            raise TypeError(f"state dict entry {name!r} has dtype {dtype_name!r}, which this torch does not have")
+        known = type(dtype_name) is str  # a pickle is data anyone can edit
+        dt = _dtypes_seen.get(dtype_name) if known else None
+        if dt is None:
+            dt = getattr(torch, dtype_name, None) if known else None
+            if not isinstance(dt, torch.dtype):
+                raise TypeError(f"state dict entry {name!r} has dtype {dtype_name!r}, which this torch does not have")
+            _dtypes_seen[dtype_name] = dt  # only names of torch's dtypes: a bounded cache
         return dt
 
     @staticmethod
     def itemsize(dtype: torch.dtype) -> int:
-        return torch.empty((), dtype=dtype).element_size()
+        return dtype.itemsize
 
     @staticmethod
     def buffer(nbytes: int, device: Optional[int]) -> torch.Tensor:
@@ -610,6 +622,7 @@ class _StateDictTensors:
 
 
 _tensor_kinds: dict = {}  # type -> (is a torch.Tensor, is a Parameter)
+_dtypes_seen: Dict[str, torch.dtype] = {}  # a dtype's name in a pickle -> the dtype
 _STATE_DICT_TENSORS = _StateDictTensors()
 
 # Using ascend_ipc.torch is enough: a process that makes tensors here (a DataLoader worker

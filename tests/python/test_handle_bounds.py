@@ -225,12 +225,16 @@ def test_state_dict_entry_beyond_its_buffer_is_refused():
             {"shape": [size]},  # float32 * size > the buffer
             {"offset": -512},
             {"nbytes": 4},  # says fewer bytes than its shape has
+            {"shape": [-8, -8], "nbytes": 256},  # negative sizes whose product is right
+            {"shape": [16.0], "nbytes": 64},  # sizes that are not ints
+            {"shape": ["16"], "nbytes": 64},
+            {"shape": [[16]], "nbytes": 64},  # unhashable
         ]):
             entries = [list(e) for e in plain]
             fields = ["name", "dtype", "shape", "offset", "nbytes", "parameter", "requires_grad"]
             for k, v in change.items():
                 entries[0][fields.index(k)] = v
-            if "shape" in change:
+            if "shape" in change and "nbytes" not in change:
                 entries[0][fields.index("nbytes")] = int(np.prod(change["shape"])) * 4
             bad.append(pickle.dumps(_Reduced(rebuild, (handle, [tuple(e) for e in entries], event, *rest))))
         outcomes = receive([good] + bad)
