@@ -60,6 +60,10 @@ typedef aclrtStreamConfigHandle *aipc_stream_config_ptr;
   X(aclError, aclrtMemcpyAsync, memcpy_async,                                                                  \
     (void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind, aclrtStream stream),      \
     (dst, destMax, src, count, kind, stream), NULL, OPTIONAL)                                                  \
+  X(aclError, aclrtMemcpyBatch, memcpy_batch,                                                                  \
+    (void **dsts, size_t *destMaxs, void **srcs, size_t *sizes, size_t numBatches, aclrtMemcpyBatchAttr *attrs, \
+     size_t *attrsIndexes, size_t numAttrs, size_t *failIndex),                                                 \
+    (dsts, destMaxs, srcs, sizes, numBatches, attrs, attrsIndexes, numAttrs, failIndex), "CANN 8.2.RC1", OPTIONAL) \
   X(aclError, aclrtMemset, memset, (void *devPtr, size_t maxCount, int32_t value, size_t count),              \
     (devPtr, maxCount, value, count), NULL, OPTIONAL)                                                          \
   X(aclError, aclrtMemsetAsync, memset_async,                                                                  \

@@ -865,6 +865,128 @@ aclError aipc__mem_copy(const char *call, void *dst, size_t destMax, const void 
   return rc;
 }
 
+/* The most copies one aclrtMemcpyBatch takes: CANN's driver limit
+ * (DEVMM_MEMCPY_BATCH_MAX_COUNT). */
+#define BATCH_MAX 4096u
+
+static const char *location_name(aclrtMemLocationType t) {
+  switch (t) {
+    case ACL_MEM_LOCATION_TYPE_HOST: return "ACL_MEM_LOCATION_TYPE_HOST";
+    case ACL_MEM_LOCATION_TYPE_DEVICE: return "ACL_MEM_LOCATION_TYPE_DEVICE";
+    case ACL_MEM_LOCATION_TYPE_UNREGISTERED: return "ACL_MEM_LOCATION_TYPE_UNREGISTERED";
+    case ACL_MEM_LOCATION_TYPE_MANAGED: return "ACL_MEM_LOCATION_TYPE_MANAGED";
+    case ACL_MEM_LOCATION_TYPE_HOST_NUMA: return "ACL_MEM_LOCATION_TYPE_HOST_NUMA";
+  }
+  return "an unknown location type";
+}
+
+/* Lock held. Does attr's location say what o is (host memory of any kind is
+ * HOST; a NUMA node of the host counts as HOST, as in CANN's runtime)? */
+static aclError batch_location(const char *call, size_t i, const char *role, const void *p, const operand *o,
+                               const aclrtMemLocation *loc) {
+  aclrtMemLocationType said = loc->type == ACL_MEM_LOCATION_TYPE_HOST_NUMA ? ACL_MEM_LOCATION_TYPE_HOST : loc->type;
+  aclrtMemLocationType is = o->device ? ACL_MEM_LOCATION_TYPE_DEVICE : ACL_MEM_LOCATION_TYPE_HOST;
+  if (said != is)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: copy %zu: %s %p is %s memory but its attrs say %s (%d)", call, i,
+                      role, p, o->device ? "device" : "host", location_name(loc->type), (int)loc->type);
+  if (o->device && (int64_t)loc->id != o->dev)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: copy %zu: %s %p is memory of device %d but its attrs say device %u",
+                      call, i, role, p, (int)o->dev, loc->id);
+  return ACL_SUCCESS;
+}
+
+/* Lock held. Copy i against its attrs, its direction against the batch's
+ * (*kind, of copy *first; SIZE_MAX: i is the first to be looked at), and
+ * CANN's rules for a copy of that kind. */
+static aclError batch_check_one(const char *call, size_t i, void *dst, size_t destMax, const void *src, size_t size,
+                                const aclrtMemcpyBatchAttr *attr, size_t *first, aclrtMemcpyKind *kind,
+                                int32_t cur_dev) {
+  operand od, os;
+  aclError rc;
+  if (!dst || !src)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: copy %zu: %s is NULL", call, i, dst ? "src" : "dst");
+  if ((rc = classify(call, "dst", dst, size, &od)) != ACL_SUCCESS) return rc;
+  if ((rc = classify(call, "src", src, size, &os)) != ACL_SUCCESS) return rc;
+  if ((rc = batch_location(call, i, "dst", dst, &od, &attr->dstLoc)) != ACL_SUCCESS) return rc;
+  if ((rc = batch_location(call, i, "src", src, &os, &attr->srcLoc)) != ACL_SUCCESS) return rc;
+  if (od.device == os.device)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                      "%s: copy %zu goes from %s to %s memory; a batch copies host to device or device to host only",
+                      call, i, os.device ? "device" : "host", od.device ? "device" : "host");
+  aclrtMemcpyKind k = od.device ? ACL_MEMCPY_HOST_TO_DEVICE : ACL_MEMCPY_DEVICE_TO_HOST;
+  if (*first == SIZE_MAX) *first = i, *kind = k;
+  if (k != *kind)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
+                      "%s: copy %zu is %s but copy %zu is %s: CANN documents one direction for the whole batch", call,
+                      i, aipc__memcpy_kind_name(k), *first, aipc__memcpy_kind_name(*kind));
+  return copy_check(call, dst, destMax, src, size, k, cur_dev, false);
+}
+
+aclError aipc__emu_memcpy_batch(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes, size_t numBatches,
+                                aclrtMemcpyBatchAttr *attrs, size_t *attrsIndexes, size_t numAttrs, size_t *failIndex) {
+  const char *call = AIPC_CALL_NAME(memcpy_batch);
+  if (failIndex) *failIndex = SIZE_MAX;
+  /* The checks in CANN's order: its acl layer's (INVALID_PARAM), then its
+   * runtime's (RT_PARAM_INVALID), then each copy's. */
+  if (!sizes) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: sizes is NULL", call);
+  if (numBatches == 0) return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: numBatches is 0", call);
+  bool any = false;
+  for (size_t i = 0; i < numBatches && !any; i++) any = sizes[i] != 0;
+  if (!any) return ACL_SUCCESS; /* nothing to copy: CANN looks at nothing else */
+  if (!dsts || !destMaxs || !srcs || !attrs || !attrsIndexes)
+    return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: %s is NULL", call,
+                      !dsts ? "dsts" : !destMaxs ? "destMaxs" : !srcs ? "srcs" : !attrs ? "attrs" : "attrsIndexes");
+  for (size_t i = 0; i < numBatches; i++)
+    if (sizes[i] > destMaxs[i])
+      return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: copy %zu: size %zu is larger than destMaxs[%zu] = %zu", call, i,
+                        sizes[i], i, destMaxs[i]);
+  if (numAttrs == 0) return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: numAttrs is 0", call);
+  if (numAttrs > numBatches)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: numAttrs %zu is more than numBatches %zu", call, numAttrs,
+                      numBatches);
+  for (size_t k = 0; k < numAttrs; k++)
+    for (size_t j = 0; j < sizeof attrs[k].rsv; j++)
+      if (attrs[k].rsv[j])
+        return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: attrs[%zu].rsv[%zu] is %u; the reserved bytes must be 0", call,
+                          k, j, (unsigned)attrs[k].rsv[j]);
+  if (numBatches > BATCH_MAX)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: numBatches %zu is more than CANN's limit of %u copies", call,
+                      numBatches, BATCH_MAX);
+  if (attrsIndexes[0] != 0)
+    return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: attrsIndexes[0] is %zu; it must be 0", call, attrsIndexes[0]);
+  for (size_t k = 1; k < numAttrs; k++) {
+    if (attrsIndexes[k] <= attrsIndexes[k - 1])
+      return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: attrsIndexes[%zu] = %zu does not rise above attrsIndexes[%zu] = %zu",
+                        call, k, attrsIndexes[k], k - 1, attrsIndexes[k - 1]);
+    if (attrsIndexes[k] >= numBatches)
+      return aipc__fail(ACL_ERROR_RT_PARAM_INVALID, "%s: attrsIndexes[%zu] = %zu is not below numBatches %zu", call, k,
+                        attrsIndexes[k], numBatches);
+  }
+  int32_t cur_dev = aipc__device_current();
+  aclrtMemcpyKind kind = ACL_MEMCPY_HOST_TO_DEVICE;
+  size_t first = SIZE_MAX;
+  aclError rc = ACL_SUCCESS;
+  /* Shared lock across the checks and the copies: every copy is checked
+   * before any runs (a refused batch copies nothing), and no free or close
+   * can unmap under them. */
+  aipc__mem_rdlock();
+  size_t k = 0;
+  for (size_t i = 0; i < numBatches; i++) {
+    if (k + 1 < numAttrs && i >= attrsIndexes[k + 1]) k++;
+    if (sizes[i] == 0) continue;
+    rc = batch_check_one(call, i, dsts[i], destMaxs[i], srcs[i], sizes[i], &attrs[k], &first, &kind, cur_dev);
+    if (rc != ACL_SUCCESS) {
+      if (failIndex) *failIndex = i;
+      break;
+    }
+  }
+  if (rc == ACL_SUCCESS)
+    for (size_t i = 0; i < numBatches; i++)
+      if (sizes[i]) memmove(dsts[i], srcs[i], sizes[i]);
+  aipc__mem_unlock();
+  return rc;
+}
+
 /* Lock held (shared or exclusive). */
 /* CANN documents aclrtMemset(Async) for host and device memory alike, told
  * apart by the address. On a stream, and where the runtime runs work on a

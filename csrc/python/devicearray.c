@@ -406,6 +406,44 @@ typedef struct gather_call {
   const uintptr_t *src;
 } gather_call;
 
+/* The most copies of one aclrtMemcpyBatch (CANN's driver limit). */
+#define GATHER_BATCH 4096
+
+/* Pieces [from, to) in one aclrtMemcpyBatch, host to device: 1 when copied,
+ * 0 when the runtime cannot batch them (a CANN without the call; a source
+ * that is itself device memory, which a batch does not take: the caller
+ * copies them one by one, the batch having copied none), -1 on an error
+ * noted in f. */
+static int gather_batch(const aipc_provider *p, aipc_py_failure *f, int32_t device, const gather_call *g,
+                        Py_ssize_t from, Py_ssize_t to) {
+  if (p->memcpy_batch == NULL) return 0;
+  size_t cap = (size_t)(to - from), n = 0;
+  void **dsts = malloc(cap * sizeof *dsts), **srcs = malloc(cap * sizeof *srcs);
+  size_t *sizes = malloc(cap * sizeof *sizes);
+  int ret = 0;
+  if (dsts && srcs && sizes) {
+    for (Py_ssize_t i = from; i < to; i++) {
+      if (g->size[i] == 0) continue;
+      dsts[n] = g->base + g->offset[i], srcs[n] = (void *)g->src[i], sizes[n] = (size_t)g->size[i];
+      n++;
+    }
+    aclrtMemcpyBatchAttr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.dstLoc.type = ACL_MEM_LOCATION_TYPE_DEVICE, attr.dstLoc.id = (uint32_t)(device < 0 ? 0 : device);
+    attr.srcLoc.type = ACL_MEM_LOCATION_TYPE_HOST;
+    size_t first = 0, fail = SIZE_MAX;
+    aclError rc = n ? p->memcpy_batch(dsts, sizes, srcs, sizes, n, &attr, &first, 1, &fail) : ACL_SUCCESS;
+    if (rc == ACL_SUCCESS)
+      ret = 1;
+    else if (rc != ACL_ERROR_FEATURE_UNSUPPORTED && !(rc == ACL_ERROR_RT_PARAM_INVALID && fail != SIZE_MAX))
+      ret = aipc_py_note(p, f, AIPC_CALL_NAME(memcpy_batch), rc) == ACL_SUCCESS ? 1 : -1;
+  }
+  free(dsts);
+  free(srcs);
+  free(sizes);
+  return ret;
+}
+
 static void gather_bytes(const aipc_provider *p, aipc_py_failure *f, int32_t device, void *arg) {
   gather_call *g = arg;
   /* A CPU tensor of the emulator may itself be device memory (ascend_ipc's
@@ -422,11 +460,17 @@ static void gather_bytes(const aipc_provider *p, aipc_py_failure *f, int32_t dev
     uintptr_t a = (uintptr_t)(g->base + lo) & ~(uintptr_t)4095, b = ((uintptr_t)(g->base + hi) + 4095) & ~(uintptr_t)4095;
     if (b > a) (void)madvise((void *)a, b - a, AIPC_PY_MADV_POPULATE_WRITE);
   }
-  for (Py_ssize_t i = 0; i < g->n; i++) {
-    if (g->size[i] == 0) continue;
-    aclError rc = p->memcpy(g->base + g->offset[i], (size_t)g->size[i], (const void *)g->src[i], (size_t)g->size[i],
-                            kind);
-    if (aipc_py_note(p, f, AIPC_CALL_NAME(memcpy), rc) != ACL_SUCCESS) return;
+  for (Py_ssize_t done = 0; done < g->n;) {
+    Py_ssize_t end = g->n - done > GATHER_BATCH ? done + GATHER_BATCH : g->n;
+    int batched = g->n > 1 ? gather_batch(p, f, device, g, done, end) : 0;
+    if (batched < 0) return;
+    for (Py_ssize_t i = done; i < end && !batched; i++) {
+      if (g->size[i] == 0) continue;
+      aclError rc = p->memcpy(g->base + g->offset[i], (size_t)g->size[i], (const void *)g->src[i], (size_t)g->size[i],
+                              kind);
+      if (aipc_py_note(p, f, AIPC_CALL_NAME(memcpy), rc) != ACL_SUCCESS) return;
+    }
+    done = end;
   }
 }
 

@@ -635,6 +635,170 @@ TEST(memcpy_bad_args) {
   CHECK_OK(aclFinalize());
 }
 
+/* ---- batch copies (aclrtMemcpyBatch) --------------------------------------- */
+
+static aclrtMemcpyBatchAttr batch_attr(aclrtMemLocationType dst, uint32_t dst_id, aclrtMemLocationType src,
+                                       uint32_t src_id) {
+  aclrtMemcpyBatchAttr a;
+  memset(&a, 0, sizeof a);
+  a.dstLoc.type = dst, a.dstLoc.id = dst_id;
+  a.srcLoc.type = src, a.srcLoc.id = src_id;
+  return a;
+}
+
+TEST(memcpy_batch_copies_every_piece) {
+  enum { N = 16384, PIECES = 40 };
+  CHECK(sizeof(aclrtMemcpyBatchAttr) == 32); /* CANN's layout: two aclrtMemLocation and 16 reserved bytes */
+  unsigned char *d = dmalloc(N), *h = malloc(N), *back = calloc(1, N);
+  for (int i = 0; i < N; i++) h[i] = (unsigned char)(i * 7 + 1);
+  void *dsts[PIECES], *srcs[PIECES];
+  size_t sizes[PIECES], maxs[PIECES], off = 0;
+  for (int i = 0; i < PIECES; i++) { /* pieces of different sizes, one of them empty, out of order in d */
+    sizes[i] = i == 3 ? 0 : (size_t)(i * 13 % 400 + 1);
+    dsts[i] = d + (N - off - sizes[i]), srcs[i] = h + off, maxs[i] = sizes[i] + (size_t)(i % 3);
+    off += sizes[i];
+  }
+  /* two attrs over the batch: the second takes effect at copy 25 */
+  aclrtMemcpyBatchAttr attrs[2] = {batch_attr(ACL_MEM_LOCATION_TYPE_DEVICE, 0, ACL_MEM_LOCATION_TYPE_HOST, 0),
+                                   batch_attr(ACL_MEM_LOCATION_TYPE_DEVICE, 0, ACL_MEM_LOCATION_TYPE_HOST_NUMA, 0)};
+  size_t idx[2] = {0, 25}, fail = 7;
+  CHECK_OK(aclrtMemcpyBatch(dsts, maxs, srcs, sizes, PIECES, attrs, idx, 2, &fail));
+  CHECK(fail == SIZE_MAX);
+  for (int i = 0; i < PIECES; i++) CHECK(memcmp(dsts[i], srcs[i], sizes[i]) == 0);
+  /* and back: device to host, one attr, failIndex may be NULL */
+  void *bd[PIECES], *bs[PIECES];
+  for (int i = 0; i < PIECES; i++) bd[i] = back + ((unsigned char *)srcs[i] - h), bs[i] = dsts[i];
+  aclrtMemcpyBatchAttr d2h = batch_attr(ACL_MEM_LOCATION_TYPE_HOST, 0, ACL_MEM_LOCATION_TYPE_DEVICE, 0);
+  size_t zero = 0;
+  CHECK_OK(aclrtMemcpyBatch(bd, maxs, bs, sizes, PIECES, &d2h, &zero, 1, NULL));
+  CHECK(memcmp(back, h, off) == 0);
+  /* aclrtMallocHost memory is host memory too */
+  void *pinned = NULL;
+  CHECK_OK(aclrtMallocHost(&pinned, 64));
+  void *pd[1] = {pinned}, *ps[1] = {d};
+  size_t psz[1] = {64};
+  CHECK_OK(aclrtMemcpyBatch(pd, psz, ps, psz, 1, &d2h, &zero, 1, &fail));
+  CHECK(memcmp(pinned, d, 64) == 0);
+  CHECK_OK(aclrtFreeHost(pinned));
+  CHECK_OK(aclrtFree(d));
+  free(h);
+  free(back);
+  CHECK_OK(aclFinalize());
+}
+
+TEST(memcpy_batch_bad_args) {
+  enum { N = 8192 };
+  unsigned char *d = dmalloc(N), *d2 = dmalloc(N);
+  CHECK_OK(aclrtSetDevice(1));
+  unsigned char *d1 = dmalloc(N);
+  CHECK_OK(aclrtSetDevice(0));
+  unsigned char *h = calloc(1, 2 * N);
+  memset(h, 0x5a, N);
+  aclrtMemcpyBatchAttr h2d = batch_attr(ACL_MEM_LOCATION_TYPE_DEVICE, 0, ACL_MEM_LOCATION_TYPE_HOST, 0);
+  void *dsts[3] = {d, d + 100, d + 200}, *srcs[3] = {h, h + 100, h + 200};
+  size_t sizes[3] = {10, 10, 10}, maxs[3] = {10, 10, 10}, idx[3] = {0, 1, 2}, fail = 0;
+  aclrtMemcpyBatchAttr three[3] = {h2d, h2d, h2d};
+  /* CANN's acl layer: INVALID_PARAM, failIndex SIZE_MAX */
+  CHECK_MSG(aclrtMemcpyBatch(dsts, maxs, srcs, NULL, 3, &h2d, idx, 1, &fail), ACL_ERROR_INVALID_PARAM, "sizes");
+  CHECK(fail == SIZE_MAX);
+  CHECK_MSG(aclrtMemcpyBatch(dsts, maxs, srcs, sizes, 0, &h2d, idx, 1, &fail), ACL_ERROR_INVALID_PARAM, "numBatches");
+  CHECK_MSG(aclrtMemcpyBatch(NULL, maxs, srcs, sizes, 3, &h2d, idx, 1, &fail), ACL_ERROR_INVALID_PARAM, "dsts");
+  CHECK_MSG(aclrtMemcpyBatch(dsts, NULL, srcs, sizes, 3, &h2d, idx, 1, &fail), ACL_ERROR_INVALID_PARAM, "destMaxs");
+  CHECK_MSG(aclrtMemcpyBatch(dsts, maxs, NULL, sizes, 3, &h2d, idx, 1, &fail), ACL_ERROR_INVALID_PARAM, "srcs");
+  CHECK_MSG(aclrtMemcpyBatch(dsts, maxs, srcs, sizes, 3, NULL, idx, 1, &fail), ACL_ERROR_INVALID_PARAM, "attrs");
+  CHECK_MSG(aclrtMemcpyBatch(dsts, maxs, srcs, sizes, 3, &h2d, NULL, 1, &fail), ACL_ERROR_INVALID_PARAM,
+            "attrsIndexes");
+  size_t small[3] = {10, 9, 10};
+  CHECK_MSG(aclrtMemcpyBatch(dsts, small, srcs, sizes, 3, &h2d, idx, 1, &fail), ACL_ERROR_INVALID_PARAM, "destMaxs[1]");
+  aclrtMemcpyBatchAttr rsv = h2d;
+  rsv.rsv[15] = 1;
+  CHECK_MSG(aclrtMemcpyBatch(dsts, maxs, srcs, sizes, 3, &rsv, idx, 1, &fail), ACL_ERROR_INVALID_PARAM, "rsv[15]");
+  /* every size 0: nothing to copy, nothing else looked at (as CANN) */
+  size_t none[3] = {0, 0, 0};
+  CHECK_OK(aclrtMemcpyBatch(NULL, NULL, NULL, none, 3, NULL, NULL, 0, NULL));
+  /* CANN's runtime: RT_PARAM_INVALID */
+  CHECK_MSG(aclrtMemcpyBatch(dsts, maxs, srcs, sizes, 3, &h2d, idx, 0, &fail), ACL_ERROR_RT_PARAM_INVALID, "numAttrs");
+  aclrtMemcpyBatchAttr four[4] = {h2d, h2d, h2d, h2d};
+  size_t idx4[4] = {0, 1, 2, 3};
+  CHECK_MSG(aclrtMemcpyBatch(dsts, maxs, srcs, sizes, 3, four, idx4, 4, &fail), ACL_ERROR_RT_PARAM_INVALID,
+            "more than numBatches");
+  size_t not_zero[1] = {1};
+  CHECK_MSG(aclrtMemcpyBatch(dsts, maxs, srcs, sizes, 3, &h2d, not_zero, 1, &fail), ACL_ERROR_RT_PARAM_INVALID,
+            "attrsIndexes[0]");
+  size_t flat[3] = {0, 2, 2}, beyond[3] = {0, 1, 3};
+  CHECK_MSG(aclrtMemcpyBatch(dsts, maxs, srcs, sizes, 3, three, flat, 3, &fail), ACL_ERROR_RT_PARAM_INVALID,
+            "does not rise");
+  CHECK_MSG(aclrtMemcpyBatch(dsts, maxs, srcs, sizes, 3, three, beyond, 3, &fail), ACL_ERROR_RT_PARAM_INVALID,
+            "not below numBatches");
+  CHECK(fail == SIZE_MAX);
+  {
+    enum { MANY = 4097 };
+    void **md = calloc(MANY, sizeof *md), **ms = calloc(MANY, sizeof *ms);
+    size_t *msz = calloc(MANY, sizeof *msz);
+    for (int i = 0; i < MANY; i++) md[i] = d, ms[i] = h, msz[i] = 1;
+    size_t z = 0;
+    CHECK_MSG(aclrtMemcpyBatch(md, msz, ms, msz, MANY, &h2d, &z, 1, &fail), ACL_ERROR_RT_PARAM_INVALID, "4096");
+    CHECK_OK(aclrtMemcpyBatch(md, msz, ms, msz, MANY - 1, &h2d, &z, 1, &fail));
+    free(md), free(ms), free(msz);
+    d[0] = 0;
+  }
+  /* Each copy: failIndex names the first that fails, and nothing at all is copied. */
+  struct {
+    void *dst, *src;
+    aclrtMemcpyBatchAttr attr;
+    aclError code;
+    const char *needle;
+  } cases[] = {
+      {d + 300, h, batch_attr(ACL_MEM_LOCATION_TYPE_HOST, 0, ACL_MEM_LOCATION_TYPE_HOST, 0), ACL_ERROR_RT_PARAM_INVALID,
+       "is device memory but its attrs say ACL_MEM_LOCATION_TYPE_HOST"},
+      {d + 300, h, batch_attr(ACL_MEM_LOCATION_TYPE_DEVICE, 1, ACL_MEM_LOCATION_TYPE_HOST, 0),
+       ACL_ERROR_RT_PARAM_INVALID, "memory of device 0 but its attrs say device 1"},
+      {d + 300, h, batch_attr(ACL_MEM_LOCATION_TYPE_DEVICE, 0, ACL_MEM_LOCATION_TYPE_DEVICE, 0),
+       ACL_ERROR_RT_PARAM_INVALID, "src"},
+      {d + 300, h, batch_attr(ACL_MEM_LOCATION_TYPE_DEVICE, 0, (aclrtMemLocationType)77, 0), ACL_ERROR_RT_PARAM_INVALID,
+       "unknown location type"},
+      {d + 300, d2, batch_attr(ACL_MEM_LOCATION_TYPE_DEVICE, 0, ACL_MEM_LOCATION_TYPE_DEVICE, 0),
+       ACL_ERROR_RT_PARAM_INVALID, "from device to device"},
+      {h + N, h, batch_attr(ACL_MEM_LOCATION_TYPE_HOST, 0, ACL_MEM_LOCATION_TYPE_HOST, 0), ACL_ERROR_RT_PARAM_INVALID,
+       "from host to host"},
+      {h + N, d, batch_attr(ACL_MEM_LOCATION_TYPE_HOST, 0, ACL_MEM_LOCATION_TYPE_DEVICE, 0), ACL_ERROR_RT_PARAM_INVALID,
+       "one direction for the whole batch"},
+      {d1, h, batch_attr(ACL_MEM_LOCATION_TYPE_DEVICE, 1, ACL_MEM_LOCATION_TYPE_HOST, 0), ACL_SUCCESS, NULL},
+      {d + N - 5, h, h2d, ACL_ERROR_INVALID_PARAM, "overruns"},
+      {NULL, h, h2d, ACL_ERROR_RT_PARAM_INVALID, "dst is NULL"},
+      {d + 300, NULL, h2d, ACL_ERROR_RT_PARAM_INVALID, "src is NULL"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    /* copies 0 and 1 are good; copy 2 is the case */
+    aclrtMemcpyBatchAttr at[2] = {h2d, cases[c].attr};
+    size_t ai[2] = {0, 2};
+    void *cd[3] = {d, d + 100, cases[c].dst}, *cs[3] = {h, h + 100, cases[c].src};
+    fail = 99;
+    aclError rc = aclrtMemcpyBatch(cd, maxs, cs, sizes, 3, at, ai, 2, &fail);
+    if (cases[c].code == ACL_SUCCESS) {
+      CHECK_OK(rc); /* device 1's memory with the current device 0: a plain host-to-device copy */
+      CHECK(fail == SIZE_MAX && memcmp(d1, h, 10) == 0);
+      memset(d1, 0, 10);
+      memset(d, 0, 200);
+      continue;
+    }
+    CHECK_MSG(rc, cases[c].code, cases[c].needle);
+    CHECK(fail == 2);
+    CHECK(d[0] == 0 && d[100] == 0); /* the good copies did not run either */
+  }
+  /* freed memory */
+  CHECK_OK(aclrtFree(d2));
+  void *fd[1] = {d2}, *fs[1] = {h};
+  size_t one[1] = {1}, z = 0;
+  CHECK_MSG(aclrtMemcpyBatch(fd, one, fs, one, 1, &h2d, &z, 1, &fail), ACL_ERROR_INVALID_PARAM, "not allocated");
+  CHECK(fail == 0);
+  for (int i = 0; i < N; i++) CHECK(d[i] == 0);
+  CHECK_OK(aclrtFree(d));
+  CHECK_OK(aclrtFree(d1));
+  free(h);
+  CHECK_OK(aclFinalize());
+}
+
 /* ---- memset ------------------------------------------------------------- */
 
 TEST(memset_rules) {

@@ -76,6 +76,16 @@ def test_one_buffer_one_import_for_thousands_of_tensors():
     assert h.nbytes >= 2000 * 64
 
 
+def test_packing_more_pieces_than_one_batch_takes():
+    """Packing goes 4,096 pieces to an aclrtMemcpyBatch (CANN's limit); a batch with a source
+    that is itself device memory (an ascend_ipc tensor) is copied piece by piece instead."""
+    n = 4096 + 1500
+    sd = {f"t{i}": torch.full((3,), float(i)) for i in range(n)}
+    sd["t4500"] = atorch.zeros(3).add_(4500)  # in the second batch
+    got = pickle.loads(pickle.dumps(atorch.share_state_dict(sd))).open()
+    assert all(got[f"t{i}"].tolist() == [float(i)] * 3 for i in range(n)), "a piece was lost or misplaced"
+
+
 def test_update_writes_in_place_and_checks_its_input():
     sd = {"a": torch.zeros(4), "b": torch.zeros(2, 2, dtype=torch.float64)}
     h = atorch.share_state_dict(sd)

@@ -304,6 +304,25 @@ typedef struct aclrtMemLocation {
   aclrtMemLocationType type;
 } aclrtMemLocation;
 
+/* One set of locations of aclrtMemcpyBatch, for a run of its copies. */
+typedef struct {
+  aclrtMemLocation dstLoc;
+  aclrtMemLocation srcLoc;
+  uint8_t rsv[16];
+} aclrtMemcpyBatchAttr;
+
+/*
+ * numBatches copies of sizes[i] bytes from srcs[i] to dsts[i] (sizes[i] <=
+ * destMaxs[i]), all host-to-device or all device-to-host; attrs[k] gives the
+ * locations of copies attrsIndexes[k] up to the next index (attrsIndexes[0]
+ * is 0, the indexes rise, numAttrs <= numBatches). Unordered among themselves.
+ * On an error of one copy's locations or direction *failIndex is its index,
+ * else SIZE_MAX; nothing is copied unless every copy passes.
+ */
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyBatch(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes,
+                                              size_t numBatches, aclrtMemcpyBatchAttr *attrs,
+                                              size_t *attrsIndexes, size_t numAttrs, size_t *failIndex);
+
 typedef enum aclrtMemAllocationType {
   ACL_MEM_ALLOCATION_TYPE_PINNED = 0,
 } aclrtMemAllocationType;
