@@ -740,7 +740,8 @@ static PyMethodDef array_methods[] = {
      "numpy($self, /)\n--\n\nA C-contiguous host copy, a numpy.ndarray (device-to-host aclrtMemcpy)."},
     {"_gather_from_host", array_gather_from_host, METH_O,
      "_gather_from_host($self, pieces, /)\n--\n\n"
-     "Internal: host-to-device copies of (offset in this view, host address, bytes) pieces."},
+     "Internal: host-to-device copies of (offset in this view, host address, bytes) pieces\n"
+     "(aclrtMemcpyBatch, 4,096 at a time; one by one where the runtime cannot batch them)."},
     {"copy_from", (PyCFunction)(void (*)(void))array_copy_from, METH_VARARGS | METH_KEYWORDS,
      "copy_from($self, /, src, stream=None)\n--\n\n"
      "Copies into this C-contiguous view: from host data (host-to-device) or from a\n"
