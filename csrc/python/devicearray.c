@@ -410,10 +410,10 @@ typedef struct gather_call {
 #define GATHER_BATCH 4096
 
 /* Pieces [from, to) in one aclrtMemcpyBatch, host to device: 1 when copied,
- * 0 when the runtime cannot batch them (a CANN without the call; a source
- * that is itself device memory, which a batch does not take: the caller
- * copies them one by one, the batch having copied none), -1 on an error
- * noted in f. */
+ * 0 when the runtime cannot batch them (a CANN or a chip without the call;
+ * a source that is itself device memory, which a batch does not take; a
+ * device id the runtime sees otherwise): the caller copies them one by one,
+ * the batch having copied none; -1 on an error noted in f. */
 static int gather_batch(const aipc_provider *p, aipc_py_failure *f, int32_t device, const gather_call *g,
                         Py_ssize_t from, Py_ssize_t to) {
   if (p->memcpy_batch == NULL) return 0;
@@ -435,7 +435,8 @@ static int gather_batch(const aipc_provider *p, aipc_py_failure *f, int32_t devi
     aclError rc = n ? p->memcpy_batch(dsts, sizes, srcs, sizes, n, &attr, &first, 1, &fail) : ACL_SUCCESS;
     if (rc == ACL_SUCCESS)
       ret = 1;
-    else if (rc != ACL_ERROR_FEATURE_UNSUPPORTED && !(rc == ACL_ERROR_RT_PARAM_INVALID && fail != SIZE_MAX))
+    else if (rc != ACL_ERROR_FEATURE_UNSUPPORTED && rc != ACL_ERROR_RT_FEATURE_NOT_SUPPORT &&
+             !(rc == ACL_ERROR_RT_PARAM_INVALID && fail != SIZE_MAX))
       ret = aipc_py_note(p, f, AIPC_CALL_NAME(memcpy_batch), rc) == ACL_SUCCESS ? 1 : -1;
   }
   free(dsts);
