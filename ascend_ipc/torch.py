@@ -534,7 +534,7 @@ def _tensor_at(typed: dict, e: Any) -> torch.Tensor:
     base, strides = typed[e.dtype], e.strides
     if strides is None:  # the exporter's own entries (a receiver's are checked, strides and all)
         strides = _state_dict.contiguous_strides(e.shape)
-    return base.as_strided(e.shape, strides, e.offset // e.dtype.itemsize)
+    return base.as_strided(e.shape, strides, e.offset // base.element_size())
 
 
 class _StateDictTensors:
@@ -569,7 +569,10 @@ class _StateDictTensors:
 
     @staticmethod
     def itemsize(dtype: torch.dtype) -> int:
-        return dtype.itemsize
+        n = _itemsizes.get(dtype)
+        if n is None:  # once per dtype (torch.dtype.itemsize is torch 2.1's)
+            n = _itemsizes[dtype] = torch.empty((), dtype=dtype).element_size()
+        return n
 
     @staticmethod
     def buffer(nbytes: int, device: Optional[int]) -> torch.Tensor:
@@ -624,6 +627,7 @@ class _StateDictTensors:
 
 _tensor_kinds: dict = {}  # type -> (is a torch.Tensor, is a Parameter)
 _dtypes_seen: Dict[str, torch.dtype] = {}  # a dtype's name in a pickle -> the dtype
+_itemsizes: Dict[torch.dtype, int] = {}
 _STATE_DICT_TENSORS = _StateDictTensors()
 
 # Using ascend_ipc.torch is enough: a process that makes tensors here (a DataLoader worker
