@@ -789,6 +789,48 @@ static aclError cross_device_rule(const char *call, aclrtMemcpyKind kind, const 
                     call, aipc__memcpy_kind_name(kind), role, p, (int)o->dev, (int)cur_dev);
 }
 
+/* Lock held. The rules of kind for operands classify() has found. */
+static aclError kind_check(const char *call, void *dst, const operand *od, const void *src, const operand *os,
+                           aclrtMemcpyKind kind, int32_t cur_dev, bool async) {
+  aclError rc;
+  switch (kind) {
+    case ACL_MEMCPY_HOST_TO_HOST:
+      if ((rc = want_class(call, kind, "src", src, os, false))) return rc;
+      if ((rc = want_class(call, kind, "dst", dst, od, false))) return rc;
+      break;
+    case ACL_MEMCPY_HOST_TO_DEVICE:
+    case ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE:
+      if ((rc = want_class(call, kind, "src", src, os, false))) return rc;
+      if ((rc = want_class(call, kind, "dst", dst, od, true))) return rc;
+      break;
+    case ACL_MEMCPY_DEVICE_TO_HOST:
+      if ((rc = want_class(call, kind, "src", src, os, true))) return rc;
+      if ((rc = want_class(call, kind, "dst", dst, od, false))) return rc;
+      break;
+    case ACL_MEMCPY_DEVICE_TO_DEVICE:
+    case ACL_MEMCPY_INNER_DEVICE_TO_DEVICE:
+    case ACL_MEMCPY_INTER_DEVICE_TO_DEVICE:
+      if ((rc = want_class(call, kind, "src", src, os, true))) return rc;
+      if ((rc = want_class(call, kind, "dst", dst, od, true))) return rc;
+      if (kind == ACL_MEMCPY_INNER_DEVICE_TO_DEVICE && os->dev != od->dev)
+        return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                          "%s: ACL_MEMCPY_INNER_DEVICE_TO_DEVICE: src is on device %d and dst on device %d; use "
+                          "ACL_MEMCPY_INTER_DEVICE_TO_DEVICE",
+                          call, (int)os->dev, (int)od->dev);
+      if (kind == ACL_MEMCPY_INTER_DEVICE_TO_DEVICE && os->dev == od->dev)
+        return aipc__fail(ACL_ERROR_INVALID_PARAM,
+                          "%s: ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: src and dst are both on device %d; use "
+                          "ACL_MEMCPY_INNER_DEVICE_TO_DEVICE",
+                          call, (int)os->dev);
+      break;
+    case ACL_MEMCPY_DEFAULT:
+      break;
+    default:
+      return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: kind %d is not an aclrtMemcpyKind (0..7)", call, (int)kind);
+  }
+  return cross_device_rule(call, kind, dst, od, src, os, cur_dev, async);
+}
+
 /* Lock held (shared or exclusive). */
 static aclError copy_check(const char *call, void *dst, size_t destMax, const void *src, size_t count,
                            aclrtMemcpyKind kind, int32_t cur_dev, bool async) {
@@ -797,42 +839,7 @@ static aclError copy_check(const char *call, void *dst, size_t destMax, const vo
   if ((rc = classify(call, "dst", dst, count, &od)) != ACL_SUCCESS) return rc;
   if ((rc = classify(call, "src", src, count, &os)) != ACL_SUCCESS) return rc;
   (void)destMax;
-  switch (kind) {
-    case ACL_MEMCPY_HOST_TO_HOST:
-      if ((rc = want_class(call, kind, "src", src, &os, false))) return rc;
-      if ((rc = want_class(call, kind, "dst", dst, &od, false))) return rc;
-      break;
-    case ACL_MEMCPY_HOST_TO_DEVICE:
-    case ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE:
-      if ((rc = want_class(call, kind, "src", src, &os, false))) return rc;
-      if ((rc = want_class(call, kind, "dst", dst, &od, true))) return rc;
-      break;
-    case ACL_MEMCPY_DEVICE_TO_HOST:
-      if ((rc = want_class(call, kind, "src", src, &os, true))) return rc;
-      if ((rc = want_class(call, kind, "dst", dst, &od, false))) return rc;
-      break;
-    case ACL_MEMCPY_DEVICE_TO_DEVICE:
-    case ACL_MEMCPY_INNER_DEVICE_TO_DEVICE:
-    case ACL_MEMCPY_INTER_DEVICE_TO_DEVICE:
-      if ((rc = want_class(call, kind, "src", src, &os, true))) return rc;
-      if ((rc = want_class(call, kind, "dst", dst, &od, true))) return rc;
-      if (kind == ACL_MEMCPY_INNER_DEVICE_TO_DEVICE && os.dev != od.dev)
-        return aipc__fail(ACL_ERROR_INVALID_PARAM,
-                          "%s: ACL_MEMCPY_INNER_DEVICE_TO_DEVICE: src is on device %d and dst on device %d; use "
-                          "ACL_MEMCPY_INTER_DEVICE_TO_DEVICE",
-                          call, (int)os.dev, (int)od.dev);
-      if (kind == ACL_MEMCPY_INTER_DEVICE_TO_DEVICE && os.dev == od.dev)
-        return aipc__fail(ACL_ERROR_INVALID_PARAM,
-                          "%s: ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: src and dst are both on device %d; use "
-                          "ACL_MEMCPY_INNER_DEVICE_TO_DEVICE",
-                          call, (int)os.dev);
-      break;
-    case ACL_MEMCPY_DEFAULT:
-      break;
-    default:
-      return aipc__fail(ACL_ERROR_INVALID_PARAM, "%s: kind %d is not an aclrtMemcpyKind (0..7)", call, (int)kind);
-  }
-  return cross_device_rule(call, kind, dst, &od, src, &os, cur_dev, async);
+  return kind_check(call, dst, &od, src, &os, kind, cur_dev, async);
 }
 
 aclError aipc__emu_memcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind) {
@@ -898,7 +905,7 @@ static aclError batch_location(const char *call, size_t i, const char *role, con
 /* Lock held. Copy i against its attrs, its direction against the batch's
  * (*kind, of copy *first; SIZE_MAX: i is the first to be looked at), and
  * CANN's rules for a copy of that kind. */
-static aclError batch_check_one(const char *call, size_t i, void *dst, size_t destMax, const void *src, size_t size,
+static aclError batch_check_one(const char *call, size_t i, void *dst, const void *src, size_t size,
                                 const aclrtMemcpyBatchAttr *attr, size_t *first, aclrtMemcpyKind *kind,
                                 int32_t cur_dev) {
   operand od, os;
@@ -919,7 +926,7 @@ static aclError batch_check_one(const char *call, size_t i, void *dst, size_t de
     return aipc__fail(ACL_ERROR_RT_PARAM_INVALID,
                       "%s: copy %zu is %s but copy %zu is %s: CANN documents one direction for the whole batch", call,
                       i, aipc__memcpy_kind_name(k), *first, aipc__memcpy_kind_name(*kind));
-  return copy_check(call, dst, destMax, src, size, k, cur_dev, false);
+  return kind_check(call, dst, &od, src, &os, k, cur_dev, false);
 }
 
 aclError aipc__emu_memcpy_batch(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes, size_t numBatches,
@@ -974,7 +981,7 @@ aclError aipc__emu_memcpy_batch(void **dsts, size_t *destMaxs, void **srcs, size
   for (size_t i = 0; i < numBatches; i++) {
     if (k + 1 < numAttrs && i >= attrsIndexes[k + 1]) k++;
     if (sizes[i] == 0) continue;
-    rc = batch_check_one(call, i, dsts[i], destMaxs[i], srcs[i], sizes[i], &attrs[k], &first, &kind, cur_dev);
+    rc = batch_check_one(call, i, dsts[i], srcs[i], sizes[i], &attrs[k], &first, &kind, cur_dev);
     if (rc != ACL_SUCCESS) {
       if (failIndex) *failIndex = i;
       break;
