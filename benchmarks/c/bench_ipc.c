@@ -15,9 +15,9 @@
  *   (e) import a 1 GiB buffer the exporter has written, read one byte of
  *       every 4 KiB page, close; against the same read of a 1 GiB buffer
  *       already resident in the reader (interleaved), for an allocation in
- *       huge pages (ACL_MEM_MALLOC_HUGE_FIRST with ASCEND_IPC_HUGE_PAGES=1,
- *       where the kernel's pool has them) and one in normal pages
- *       (ACL_MEM_MALLOC_NORMAL_ONLY)
+ *       huge pages (ACL_MEM_MALLOC_HUGE_FIRST: transparent 2 MiB pages made
+ *       at aclrtMalloc, the default, where the kernel makes them) and one
+ *       in normal pages (ACL_MEM_MALLOC_NORMAL_ONLY)
  * (a), (f) and (b) run in three placements, each interleaved in blocks:
  * importer and exporter on two CPUs (the targets are judged there), where
  * the scheduler puts them, and all on one CPU, where a wake-up costs no
@@ -325,9 +325,9 @@ typedef struct full_read_peer {
   char keys[2][KEYLEN];
 } full_read_peer;
 
-/* Starts the (e) exporter, before this process's runtime starts: it alone
- * turns huge pages on (ASCEND_IPC_HUGE_PAGES, read once per process), so
- * the other rows run as a default configuration does. */
+/* Starts the (e) exporter, before this process's runtime starts (a fork of
+ * a process with a runtime may not use it). Both run the default
+ * configuration. */
 static void full_read_start(full_read_peer *peer) {
   int up[2], down[2];
   if (pipe(up) || pipe(down)) exit(5);
@@ -335,7 +335,6 @@ static void full_read_start(full_read_peer *peer) {
   if (pid == 0) {
     close(up[0]);
     close(down[1]);
-    setenv("ASCEND_IPC_HUGE_PAGES", "1", 1);
     full_read_exporter(up[1], down[0]);
     _exit(0);
   }
@@ -347,9 +346,30 @@ static void full_read_start(full_read_peer *peer) {
   xread(peer->up, peer->keys, sizeof peer->keys);
 }
 
+/* KiB of the mapping holding p mapped by 2 MiB entries (/proc/self/smaps). */
+static long pmd_mapped_kib(const void *p) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  char line[512];
+  int inside = 0;
+  long kib = 0, v;
+  while (f && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perms[8];
+    if (sscanf(line, "%lx-%lx %7[rwxps-] ", &lo, &hi, perms) == 3) { /* a mapping's first line */
+      if (inside) break;
+      inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+      continue;
+    }
+    if (inside && (sscanf(line, "ShmemPmdMapped: %ld kB", &v) == 1 || sscanf(line, "FilePmdMapped: %ld kB", &v) == 1))
+      kib += v;
+  }
+  if (f) fclose(f);
+  return kib;
+}
+
 /* Medians over reps: t[0] huge-page import, t[1] normal-page import, each
  * read and closed, and t[2] the resident read, interleaved. *huge: whether
- * the exporter's first buffer is in huge pages. Ends the peer. */
+ * the first import was read through 2 MiB pages. Ends the peer. */
 static void bench_full_read(full_read_peer *peer, int reps, double t[3], bool *huge) {
   size_t n = (size_t)1 << 30;
   char (*keys)[KEYLEN] = peer->keys;
@@ -366,6 +386,7 @@ static void bench_full_read(full_read_peer *peer, int reps, double t[3], bool *h
       void *q;
       ACL(aclrtIpcMemImportByKey(&q, keys[k], 0));
       read_every_page(q, n);
+      if (r < 0 && k == 0) *huge = pmd_mapped_kib(q) >= (long)(n >> 11); /* half or more */
       ACL(aclrtIpcMemClose(keys[k]));
       if (r >= 0) v[k][r] = now() - t0;
     }
@@ -378,16 +399,6 @@ static void bench_full_read(full_read_peer *peer, int reps, double t[3], bool *h
     free(v[k]);
   }
   ACL(aclrtFree(mine));
-  /* Whether the first buffer got huge pages: the exporter's memfd lives on hugetlbfs. */
-  FILE *f = fopen("/proc/meminfo", "r");
-  char line[128];
-  long total = 0, free_pages = 0;
-  while (f && fgets(line, sizeof line, f)) {
-    sscanf(line, "HugePages_Total: %ld", &total);
-    sscanf(line, "HugePages_Free: %ld", &free_pages);
-  }
-  if (f) fclose(f);
-  *huge = total - free_pages >= 512; /* the exporter's 1 GiB holds 512 of the pool's 2 MiB pages */
   xwrite(peer->down, "x", 1);
   waitpid(peer->pid, NULL, 0);
   close(peer->up);
@@ -523,7 +534,7 @@ int main(int argc, char **argv) {
          ok_d ? "yes" : "NO");
   printf("%-52s %7.2f ms\n", "(e) read every page of 1 GiB, resident", fr[2] * 1e3);
   printf("%-52s %7.2f ms %5.2fx%s\n", "(e) import 1 GiB, read every page, close: huge", fr[0] * 1e3, fr[0] / fr[2],
-         fr_huge ? "" : "   (in normal pages: the kernel's pool is short, vm.nr_hugepages)");
+         fr_huge ? "" : "   (in normal pages: this kernel made no transparent huge pages on request, or the host had no memory to spare)");
   printf("%-52s %7.2f ms %5.2fx\n", "(e) the same, normal pages", fr[1] * 1e3, fr[1] / fr[2]);
   printf("%-52s %12.2fx   <=3x: %s\n", "(e) best of the two over resident", fr_best, ok_e ? "yes" : "NO");
 

@@ -75,7 +75,7 @@ static void load(void) {
   }
   g_config.timeout_ms = (int)env_u64("ASCEND_IPC_TIMEOUT_MS", false, 1, 24u * 3600 * 1000, DEFAULT_TIMEOUT_MS);
   g_config.poll_us = (uint32_t)env_u64("ASCEND_IPC_POLL_US", false, 0, 10000, DEFAULT_POLL_US);
-  g_config.huge_pages = env_u64("ASCEND_IPC_HUGE_PAGES", false, 0, 1, 0) == 1;
+  g_config.pages = (int)env_u64("ASCEND_IPC_HUGE_PAGES", false, AIPC_PAGES_AT_TOUCH, AIPC_PAGES_NOW, AIPC_PAGES_NOW);
 }
 
 const aipc__config *aipc__config_get(void) {

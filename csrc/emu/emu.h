@@ -23,6 +23,14 @@
 
 /* ---- config.c: environment, read once --------------------------------- */
 
+/* How aclrtMalloc makes a block's pages (ASCEND_IPC_HUGE_PAGES; design-runtime.md, Device memory). */
+enum {
+  AIPC_PAGES_AT_TOUCH = 0, /* normal pages, each made by the kernel at its first touch */
+  AIPC_PAGES_POOL = 1,     /* huge-policy blocks from the hugetlb pool where it has them, else as below */
+  AIPC_PAGES_NOW = 2,      /* the default: made at aclrtMalloc, as a device commits memory, where the host
+                              can spare them; huge-policy blocks above 1 MiB in transparent 2 MiB pages */
+};
+
 typedef struct aipc__config {
   uint32_t devices;    /* ASCEND_IPC_EMU_DEVICES, default 8 */
   uint64_t memory;     /* ASCEND_IPC_EMU_MEMORY bytes per device, default 64 GiB */
@@ -32,7 +40,7 @@ typedef struct aipc__config {
   char supernode_dir[96]; /* ASCEND_IPC_SUPERNODE_DIR, default /tmp/ascend_ipc-supernode.<uid>; "" if too long */
   int timeout_ms;      /* ASCEND_IPC_TIMEOUT_MS, default 10000: every blocking IPC wait */
   uint32_t poll_us;    /* ASCEND_IPC_POLL_US, default 100: the longest poll before an IPC wait blocks */
-  bool huge_pages;     /* ASCEND_IPC_HUGE_PAGES=1: device memory in huge pages where the pool has them */
+  int pages;           /* ASCEND_IPC_HUGE_PAGES: how device memory's pages are made (AIPC_PAGES_*) */
 } aipc__config;
 
 const aipc__config *aipc__config_get(void);

@@ -186,35 +186,56 @@ static void arena_close(arena *ar, bool unmap) {
  * policy, and the *_NORMAL_ONLY policies never from huge ones. */
 static bool wants_huge(size_t size, aclrtMemMallocPolicy policy) {
   return size > ((size_t)1 << 20) && policy != ACL_MEM_MALLOC_NORMAL_ONLY && policy != ACL_MEM_MALLOC_NORMAL_ONLY_P2P &&
-         aipc__config_get()->huge_pages;
+         aipc__config_get()->pages != AIPC_PAGES_AT_TOUCH;
 }
 
 /* When the pool last had too few pages: it is asked again a second later,
  * not at every large aclrtMalloc. */
 static uint64_t g_huge_refused_ms;
+/* Set once the kernel said it cannot make transparent huge pages on request,
+ * or pages on request at all (EINVAL): not asked again. */
+static bool g_no_thp, g_no_populate;
 
-/* A new sealed memfd for an allocation of size bytes on dev, in huge pages
- * when the policy asks for them and the kernel's pool has them (else normal
- * pages: HUGE_ONLY too, so that a program runs on a host without a pool),
- * or a recorded error. *len: its size (page- or huge-page-rounded). Made
- * before the memory lock is taken: copies wait on none of it. */
-static aclError block_memfd(int32_t dev, size_t size, aclrtMemMallocPolicy policy, int *fd_out, size_t *len) {
+/* How a new block's pages are made, after it is mapped (block_pages). */
+typedef enum { MAKE_AT_TOUCH, MAKE_NOW, MAKE_HUGE_NOW } page_making;
+
+/* A new sealed memfd for an allocation of size bytes on dev, or a recorded
+ * error. In the hugetlb pool when ASCEND_IPC_HUGE_PAGES=1 and the policy
+ * asks for huge pages and the pool has them; else, by default, seeded for
+ * transparent huge pages (huge policy) or normal pages, made once mapped
+ * where the host can spare them (*make); else normal pages, made at first
+ * touch. HUGE_ONLY too takes normal pages where no huge ones are to be had,
+ * so that a program runs on any host. *len: its size (page- or
+ * huge-page-rounded). Made before the memory lock is taken: copies wait on
+ * none of it. */
+static aclError block_memfd(int32_t dev, size_t size, aclrtMemMallocPolicy policy, int *fd_out, size_t *len,
+                            page_making *make) {
   char name[32];
   snprintf(name, sizeof name, "ascend_ipc_dev%d", (int)dev);
-  if (wants_huge(size, policy)) {
+  int mode = aipc__config_get()->pages;
+  bool huge = wants_huge(size, policy);
+  size_t huge_len = (size + AIPC_OS_HUGE_PAGE - 1) & ~(size_t)(AIPC_OS_HUGE_PAGE - 1);
+  *make = MAKE_AT_TOUCH;
+  if (huge && mode == AIPC_PAGES_POOL) {
     uint64_t now = aipc__os_now_ms_coarse(), refused = __atomic_load_n(&g_huge_refused_ms, __ATOMIC_RELAXED);
-    size_t huge = (size + AIPC_OS_HUGE_PAGE - 1) & ~(size_t)(AIPC_OS_HUGE_PAGE - 1);
     if (refused == 0 || now - refused >= 1000) {
-      int fd = aipc__os_memfd_sealed_huge(name, huge);
+      int fd = aipc__os_memfd_sealed_huge(name, huge_len);
       if (fd >= 0) {
         *fd_out = fd;
-        *len = huge;
+        *len = huge_len;
         return ACL_SUCCESS;
       }
       __atomic_store_n(&g_huge_refused_ms, now ? now : 1, __ATOMIC_RELAXED);
     }
   }
   *len = page_round(size);
+  if (mode != AIPC_PAGES_AT_TOUCH && !__atomic_load_n(&g_no_populate, __ATOMIC_RELAXED)) {
+    huge = huge && !__atomic_load_n(&g_no_thp, __ATOMIC_RELAXED);
+    if (aipc__os_memory_to_spare(huge ? huge_len : *len)) {
+      *make = huge ? MAKE_HUGE_NOW : MAKE_NOW;
+      if (huge) *len = huge_len; /* its pages' size, as an NPU rounds a huge-page block */
+    }
+  }
   int fd = aipc__os_memfd_sealed(name, *len);
   if (fd < 0 && errno == EMFILE && aipc__os_raise_fd_limit()) fd = aipc__os_memfd_sealed(name, *len);
   if (fd < 0) {
@@ -223,8 +244,30 @@ static aclError block_memfd(int32_t dev, size_t size, aclrtMemMallocPolicy polic
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: cannot create the memory of an allocation on device %d: %s",
                       (int)dev, aipc__os_memfd_error_text(e, limit, sizeof limit));
   }
+  if (*make == MAKE_HUGE_NOW && aipc__os_memfd_seed_huge(fd, *len) != 0) *make = MAKE_NOW;
   *fd_out = fd;
   return ACL_SUCCESS;
+}
+
+/* Makes a new block's pages now, as block_memfd chose, once it is mapped at
+ * p (a huge-page block on a 2 MiB boundary: the buddy aligns a block to its
+ * power of two). Under the read lock, with the block looked up again: a
+ * thread that guessed the pointer may have freed it since the write lock
+ * was let go, and then nothing is done. Contents are kept either way, so at
+ * worst a block allocated over the same range gets its pages made early. */
+static void block_pages(void *p, size_t len, page_making make) {
+  if (make == MAKE_AT_TOUCH) return;
+  aipc__mem_rdlock();
+  const aipc__block *b = find_block(p);
+  if (b && b->base == (uintptr_t)p && b->size == len && b->kind == AIPC_MEM_DEVICE) {
+    if (make == MAKE_HUGE_NOW && aipc__os_pages_make_huge(p, len) != 0) {
+      if (errno == EINVAL) __atomic_store_n(&g_no_thp, true, __ATOMIC_RELAXED);
+      make = MAKE_NOW; /* no 2 MiB page free for some of it: the rest in normal pages */
+    }
+    if (make == MAKE_NOW && aipc__os_pages_make(p, len) != 0 && errno == EINVAL)
+      __atomic_store_n(&g_no_populate, true, __ATOMIC_RELAXED);
+  }
+  aipc__mem_unlock();
 }
 
 /* Maps fd over [p, p + len) of a reservation, or a recorded error. */
@@ -263,7 +306,8 @@ aclError aipc__emu_malloc(void **devPtr, size_t size, aclrtMemMallocPolicy polic
   aclError rc = ACL_SUCCESS;
   int fd = -1;
   size_t len = page_round(size);
-  if (size <= cap && (rc = block_memfd(dev, size, policy, &fd, &len)) != ACL_SUCCESS) return rc;
+  page_making make = MAKE_AT_TOUCH;
+  if (size <= cap && (rc = block_memfd(dev, size, policy, &fd, &len, &make)) != ACL_SUCCESS) return rc;
   aipc__mem_wrlock();
   uint64_t used = g_used[dev];
   if (size > cap || len > cap - used) {
@@ -301,6 +345,7 @@ aclError aipc__emu_malloc(void **devPtr, size_t size, aclrtMemMallocPolicy polic
 out:
   aipc__mem_unlock();
   if (fd >= 0) close(fd);
+  if (rc == ACL_SUCCESS) block_pages(*devPtr, len, make);
   return rc;
 }
 

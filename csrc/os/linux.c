@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/uio.h>
 #include <sys/utsname.h>
 #include <linux/futex.h>
@@ -144,6 +145,45 @@ int aipc__os_memfd_sealed(const char *name, uint64_t size) {
   if (fd < 0) return -1;
   return memfd_size_and_seal(fd, size, false);
 }
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+/* MemAvailable from /proc/meminfo, in bytes; 0 when unknown. */
+static uint64_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "re");
+  if (!f) return 0;
+  char line[128];
+  unsigned long long kib = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  fclose(f);
+  return (uint64_t)kib << 10;
+}
+
+bool aipc__os_memory_to_spare(uint64_t size) {
+  struct sysinfo si;
+  if (sysinfo(&si) != 0) return false;
+  uint64_t unit = si.mem_unit ? si.mem_unit : 1, total = (uint64_t)si.totalram * unit, keep = total / 4;
+  uint64_t free_now = ((uint64_t)si.freeram + (uint64_t)si.bufferram) * unit;
+  if (free_now >= keep && free_now - keep >= size) return true;
+  uint64_t avail = mem_available(); /* counts the page cache the kernel would give up */
+  return avail >= keep && avail - keep >= size;
+}
+
+int aipc__os_memfd_seed_huge(int fd, uint64_t size) {
+  for (uint64_t off = 0; off < size; off += AIPC_OS_HUGE_PAGE)
+    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)off, 4096) != 0) return -1;
+  return 0;
+}
+
+int aipc__os_pages_make_huge(void *p, size_t size) { return madvise(p, size, MADV_COLLAPSE); }
+
+int aipc__os_pages_make(void *p, size_t size) { return madvise(p, size, MADV_POPULATE_WRITE); }
 
 aipc__os_fd_verdict aipc__os_fd_check_sealed(int fd, uint64_t min_size, bool exact, bool huge_ok, uint64_t *size,
                                              uint64_t *page) {

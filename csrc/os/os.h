@@ -97,6 +97,35 @@ int aipc__os_memfd_sealed(const char *name, uint64_t size);
  */
 int aipc__os_memfd_sealed_huge(const char *name, uint64_t size);
 /*
+ * Making an allocation's pages now rather than at first touch, as a device
+ * commits its memory at allocation.
+ *
+ * Whether the host has size bytes to spare for pages made now: after them a
+ * quarter of its memory stays available (MemAvailable). Cheap (sysinfo)
+ * where free memory alone answers yes.
+ */
+bool aipc__os_memory_to_spare(uint64_t size);
+/*
+ * Gives the memfd fd (size bytes, a multiple of AIPC_OS_HUGE_PAGE) a first
+ * page in each 2 MiB, which aipc__os_pages_make_huge needs to find there.
+ * Contents stay zeros. 0, or -1 and errno.
+ */
+int aipc__os_memfd_seed_huge(int fd, uint64_t size);
+/*
+ * Makes the pages of [p, p + size), a shared writable mapping of a seeded
+ * memfd on a 2 MiB boundary, transparent 2 MiB pages now (MADV_COLLAPSE:
+ * Linux 6.1 and newer, whatever shmem_enabled says unless "deny"), mapped
+ * here by their 2 MiB; an importer that maps them on a 2 MiB boundary reads
+ * each with one fault. Contents are kept. 0; -1 and errno: EINVAL where the
+ * kernel cannot (too old, or THP denied), EAGAIN or ENOMEM where it had no
+ * free 2 MiB page for some of them.
+ */
+int aipc__os_pages_make_huge(void *p, size_t size);
+/* Makes the pages of a shared writable mapping now (MADV_POPULATE_WRITE:
+ * Linux 5.14 and newer), contents kept. 0, or -1 and errno (EINVAL: the
+ * kernel cannot). */
+int aipc__os_pages_make(void *p, size_t size);
+/*
  * Whether a memory file another process sent can be mapped shared and
  * writable and stay whole while mapped: a regular file (no pipe, socket,
  * eventfd...), a memfd (it takes seals), sealed against shrinking (else its

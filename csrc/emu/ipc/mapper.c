@@ -55,17 +55,43 @@ static int anchor_take(void) {
   return -1;
 }
 
+/* Where above an anchor (or a reservation's 2 MiB boundary) a mapping of
+ * size bytes at offset goes: 2 MiB and more go where each address sits at
+ * its file offset's place in 2 MiB, so that the allocation's huge pages
+ * (transparent or hugetlbfs) map whole, one fault each; less goes beside
+ * the anchor's page, in page tables the anchor keeps. */
+static uintptr_t skew_of(uint64_t offset, size_t size) {
+  return size >= TWO_MIB ? TWO_MIB + (uintptr_t)(offset & (TWO_MIB - 1)) : AIPC_PAGE_SIZE;
+}
+
+/* Maps where the kernel finds room, on skew's place in 2 MiB. */
+static void *map_anywhere(int fd, uint64_t offset, size_t size, uintptr_t skew) {
+  if (skew == AIPC_PAGE_SIZE) {
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
+    return p == MAP_FAILED ? NULL : p;
+  }
+  size_t span = size + 2 * TWO_MIB;
+  uint8_t *r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED) return NULL;
+  uintptr_t a = (((uintptr_t)r + TWO_MIB - 1) & ~(TWO_MIB - 1)) + (skew - TWO_MIB);
+  void *p = mmap((void *)a, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, (off_t)offset);
+  int e = errno;
+  if (p == MAP_FAILED) {
+    munmap(r, span);
+    errno = e;
+    return NULL;
+  }
+  if (a > (uintptr_t)r) munmap(r, a - (uintptr_t)r);
+  munmap((void *)(a + size), (uintptr_t)r + span - a - size);
+  return p;
+}
+
 void *aipc__mapper_map(int fd, uint64_t offset, size_t size, bool anchored) {
-  int i = anchored && size <= ANCHOR_ROOM - AIPC_PAGE_SIZE ? anchor_take() : -1;
+  uintptr_t skew = skew_of(offset, size);
+  int i = anchored && size <= ANCHOR_ROOM - 2 * TWO_MIB ? anchor_take() : -1;
   if (i >= 0) {
-    void *want = (void *)(g.at[i] + AIPC_PAGE_SIZE);
+    void *want = (void *)(g.at[i] + skew);
     void *p = mmap(want, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, (off_t)offset);
-    if (p == MAP_FAILED && errno == EINVAL && size <= ANCHOR_ROOM - TWO_MIB) {
-      /* A file of huge pages maps only on their boundary: the next 2 MiB,
-       * whose page tables the anchor's keep as well. */
-      want = (void *)(g.at[i] + TWO_MIB);
-      p = mmap(want, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, (off_t)offset);
-    }
     if (p == want) return p;
     if (p == MAP_FAILED && errno != EEXIST) { /* the descriptor's fault, not the anchor's */
       __atomic_store_n(&g.state[i], FREE, __ATOMIC_RELEASE);
@@ -74,18 +100,21 @@ void *aipc__mapper_map(int fd, uint64_t offset, size_t size, bool anchored) {
     /* Something else moved in above the anchor (EEXIST), or a kernel before
      * 4.17 took the address as a hint: this anchor is done with. */
     __atomic_store_n(&g.state[i], DEAD, __ATOMIC_RELEASE);
-    if (p != MAP_FAILED) return p;
+    if (p != MAP_FAILED) {
+      if (((uintptr_t)p & (TWO_MIB - 1)) == (skew & (TWO_MIB - 1))) return p;
+      munmap(p, size); /* a hint taken elsewhere, off its huge pages' places */
+    }
   }
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
-  return p == MAP_FAILED ? NULL : p;
+  return map_anywhere(fd, offset, size, skew);
 }
 
 void aipc__mapper_unmap(void *p, size_t size) {
   munmap(p, size); /* first: the next import may take the anchor at once */
   for (int i = 0; i < ANCHORS; i++) {
     uintptr_t at = __atomic_load_n(&g.at[i], __ATOMIC_ACQUIRE);
-    if (__atomic_load_n(&g.state[i], __ATOMIC_ACQUIRE) == TAKEN &&
-        (at + AIPC_PAGE_SIZE == (uintptr_t)p || at + TWO_MIB == (uintptr_t)p)) {
+    uintptr_t skew = (uintptr_t)p - at; /* what skew_of gave for it, if it sits above this anchor */
+    if (__atomic_load_n(&g.state[i], __ATOMIC_ACQUIRE) == TAKEN && at != 0 && (uintptr_t)p > at &&
+        (skew == AIPC_PAGE_SIZE || (skew >= TWO_MIB && skew < 2 * TWO_MIB))) {
       __atomic_store_n(&g.state[i], FREE, __ATOMIC_RELEASE);
       return;
     }

@@ -9,8 +9,13 @@
  * that at every close. So memory imports go just above an anchor: one page
  * of PROT_NONE address space kept for the runtime's life, in the same 2 MiB
  * and 1 GiB of address space as the import's first page, whose page tables
- * then outlive the import. Each anchor holds one import at a time; when none
- * is free (or something else took the space above one), the kernel chooses.
+ * then outlive the import. An import of 2 MiB or more goes on the 2 MiB
+ * boundary above the anchor's, shifted by its file offset's place in 2 MiB,
+ * so that the allocation's huge pages (transparent, or hugetlbfs) map
+ * whole, one fault and one page-table entry per 2 MiB. Each anchor holds
+ * one import at a time; when none is free (or something else took the
+ * space above one), the kernel chooses the range, and the 2 MiB placement
+ * is kept there too.
  * What an import can reach does not change: exactly the granted range, and
  * nothing once it is unmapped. State private to mapper.c, lock-free.
  */
