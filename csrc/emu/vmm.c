@@ -102,6 +102,10 @@ static resv *rv_of(aipc__onode *n) { return (resv *)((char *)n - offsetof(resv, 
 /* ---- properties ----------------------------------------------------------- */
 
 static bool attr_1g(aclrtMemAttr a) { return a == ACL_HBM_MEM_HUGE1G || a == ACL_MEM_HUGE1G || a == ACL_MEM_P2P_HUGE1G; }
+/* In pages of 2 MiB or 1 GiB on a device: here transparent 2 MiB ones. */
+static bool attr_huge(aclrtMemAttr a) {
+  return attr_1g(a) || a == ACL_HBM_MEM_HUGE || a == ACL_MEM_HUGE || a == ACL_MEM_P2P_HUGE;
+}
 
 /* CANN's checks of a property (its acl layer), and the emulator's limits. */
 static aclError check_prop(const char *call, const aclrtPhysicalMemProp *prop) {
@@ -244,6 +248,11 @@ aclError aipc__emu_malloc_physical(aclrtDrvMemHandle *handle, size_t size, const
     return aipc__fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: cannot create the memory of a physical allocation: %s", call,
                       aipc__os_memfd_error_text(e, limit, sizeof limit));
   }
+  /* As aclrtMalloc's (memory.c): the pages made now where the host can spare
+   * them, as a device commits them; transparent huge pages for huge ones,
+   * which a mapping on the granularity's boundary maps whole. */
+  if (aipc__config_get()->pages != AIPC_PAGES_AT_TOUCH && aipc__os_memory_to_spare(len))
+    (void)aipc__os_memfd_make_pages(fd, len, attr_huge(prop->memAttr)); /* else at first touch */
   pthread_mutex_lock(&g.mu);
   rc = phys_add(call, fd, len, gran, dev, false, handle);
   pthread_mutex_unlock(&g.mu);

@@ -185,6 +185,22 @@ int aipc__os_pages_make_huge(void *p, size_t size) { return madvise(p, size, MAD
 
 int aipc__os_pages_make(void *p, size_t size) { return madvise(p, size, MADV_POPULATE_WRITE); }
 
+int aipc__os_memfd_make_pages(int fd, uint64_t size, bool huge) {
+  size_t span = (size_t)size + AIPC_OS_HUGE_PAGE;
+  uint8_t *r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED) return -1;
+  uint8_t *a = (uint8_t *)(((uintptr_t)r + AIPC_OS_HUGE_PAGE - 1) & ~(uintptr_t)(AIPC_OS_HUGE_PAGE - 1));
+  int rc = -1, e = 0;
+  if (mmap(a, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED) {
+    bool made = huge && aipc__os_memfd_seed_huge(fd, size) == 0 && aipc__os_pages_make_huge(a, (size_t)size) == 0;
+    rc = made ? 0 : aipc__os_pages_make(a, (size_t)size);
+  }
+  e = errno;
+  munmap(r, span);
+  errno = e;
+  return rc;
+}
+
 aipc__os_fd_verdict aipc__os_fd_check_sealed(int fd, uint64_t min_size, bool exact, bool huge_ok, uint64_t *size,
                                              uint64_t *page) {
   struct stat st;

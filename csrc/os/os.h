@@ -126,6 +126,15 @@ int aipc__os_pages_make_huge(void *p, size_t size);
  * kernel cannot). */
 int aipc__os_pages_make(void *p, size_t size);
 /*
+ * The same for a memfd no one maps yet (size bytes, a multiple of
+ * AIPC_OS_HUGE_PAGE): made through a mapping of its own on a 2 MiB
+ * boundary, given back before it returns; in transparent huge pages when
+ * huge (seeded here), the rest (or all, where the kernel cannot) in normal
+ * pages. 0, or -1 and errno: EINVAL where the kernel can make no pages on
+ * request at all.
+ */
+int aipc__os_memfd_make_pages(int fd, uint64_t size, bool huge);
+/*
  * Whether a memory file another process sent can be mapped shared and
  * writable and stay whole while mapped: a regular file (no pipe, socket,
  * eventfd...), a memfd (it takes seals), sealed against shrinking (else its

@@ -429,3 +429,29 @@ TEST(a_sub_range_of_transparent_huge_pages_maps_only_the_range) {
   CHECK_OK(aclrtIpcMemClose(key));
   CHECK_OK(aclrtFree(blk));
 }
+
+/* Physical memory (aclrtMallocPhysical) follows the same rule: huge
+ * attributes' pages made at the call in transparent 2 MiB pages, which
+ * aclrtMapMem, on the granularity's boundary, maps whole. */
+TEST(physical_memory_in_huge_pages_maps_them_whole) {
+  unsetenv("ASCEND_IPC_HUGE_PAGES");
+  NEEDS_COLLAPSE();
+  aclrtMemAttr attrs[] = {ACL_HBM_MEM_HUGE, ACL_MEM_HUGE, ACL_HBM_MEM_NORMAL};
+  for (int i = 0; i < 3; i++) {
+    aclrtPhysicalMemProp prop = phys_prop_on(0);
+    prop.memAttr = attrs[i];
+    aclrtDrvMemHandle h = NULL;
+    CHECK_OK(aclrtMallocPhysical(&h, 4 * MiB, &prop, 0));
+    void *va = NULL;
+    CHECK_OK(aclrtReserveMemAddress(&va, 4 * MiB, 0, NULL, 0));
+    CHECK_OK(aclrtMapMem(va, 4 * MiB, 0, h, 0));
+    uint8_t *p = va;
+    CHECK(all_zero(p, 4 * MiB)); /* every page read: made at the call, mapped by its size */
+    CHECK_EQ(pmd_kib(p), i < 2 ? 4096 : 0);
+    fill_pattern(p, 4 * MiB, 71);
+    CHECK(check_pattern(p, 4 * MiB, 71));
+    CHECK_OK(aclrtUnmapMem(va));
+    CHECK_OK(aclrtReleaseMemAddress(va));
+    CHECK_OK(aclrtFreePhysical(h));
+  }
+}
