@@ -48,6 +48,33 @@ def pytest_configure(config):
                             "signatures and stubs); the ASan pass (make test-py-asan) leaves it out")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--shard", default=None, metavar="I-J/N",
+                     help="run only the tests whose id hashes (crc32 mod N) into I..J: CI splits the ASan "
+                          "pass between its two lanes this way")
+
+
+def pytest_collection_modifyitems(config, items):
+    spec = config.getoption("--shard")
+    if not spec:
+        return
+    import zlib
+
+    try:
+        span, n = spec.split("/")
+        lo, _, hi = span.partition("-")
+        lo, hi, n = int(lo), int(hi or lo), int(n)
+        assert 0 <= lo <= hi < n
+    except (ValueError, AssertionError):
+        raise pytest.UsageError(f"--shard {spec!r}: expected I-J/N with 0 <= I <= J < N, as 0-3/5") from None
+    keep, drop = [], []
+    for item in items:
+        (keep if lo <= zlib.crc32(item.nodeid.encode()) % n <= hi else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def _plugin_timeout(config) -> bool:
     return config.pluginmanager.hasplugin("timeout")
 
