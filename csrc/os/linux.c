@@ -171,8 +171,20 @@ bool aipc__os_memory_to_spare(uint64_t size) {
   uint64_t unit = si.mem_unit ? si.mem_unit : 1, total = (uint64_t)si.totalram * unit, keep = total / 4;
   uint64_t free_now = ((uint64_t)si.freeram + (uint64_t)si.bufferram) * unit;
   if (free_now >= keep && free_now - keep >= size) return true;
-  uint64_t avail = mem_available(); /* counts the page cache the kernel would give up */
-  return avail >= keep && avail - keep >= size;
+  /* MemAvailable counts the page cache the kernel would give up; read at
+   * most every 100 ms (a file read per allocation would cost more than
+   * most allocations do), less what was promised since. */
+  static uint64_t read_ms, avail_then; /* a stale pair costs one more read, nothing worse */
+  uint64_t now = aipc__os_now_ms_coarse(), then = __atomic_load_n(&read_ms, __ATOMIC_ACQUIRE);
+  uint64_t avail = __atomic_load_n(&avail_then, __ATOMIC_RELAXED);
+  if (then == 0 || now - then >= 100) {
+    avail = mem_available();
+    __atomic_store_n(&avail_then, avail, __ATOMIC_RELAXED);
+    __atomic_store_n(&read_ms, now ? now : 1, __ATOMIC_RELEASE);
+  }
+  if (avail < keep || avail - keep < size) return false;
+  __atomic_store_n(&avail_then, avail - size, __ATOMIC_RELAXED); /* racing callers: only less exact */
+  return true;
 }
 
 int aipc__os_memfd_seed_huge(int fd, uint64_t size) {
