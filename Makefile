@@ -154,14 +154,15 @@ test-py: $(VENV)/.installed lib
 	$(VPY) -m pytest -q --durations=30 tests/python
 
 # The extension and C core built with ASan+UBSan, under pytest: the tests that
-# run C code (not those marked python_only, which read signatures and stubs).
+# run C code (not those marked python_only, which read signatures and stubs), but
+# not the whole example programs (whole_program: make test runs them).
 # ASAN_SHARD=I-J/N runs a part of it (tests whose id hashes into I..J of N): CI's lanes share it.
 ASAN_SHARD ?=
 test-py-asan: $(ASAN_VENV)/.installed lib
 	cd tests && LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	  ASCEND_IPC_EXPECT_SANITIZED=1 PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  ../$(ASAN_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=30 -m 'not python_only' \
+	  ../$(ASAN_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=30 -m 'not python_only and not whole_program' \
 	  $(if $(ASAN_SHARD),--shard $(ASAN_SHARD)) python
 
 test: test-c test-py

@@ -46,6 +46,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "timeout(seconds): fail the test if it runs longer than this")
     config.addinivalue_line("markers", "python_only: runs none of the project's C code (it reads the extension's "
                             "signatures and stubs); the ASan pass (make test-py-asan) leaves it out")
+    config.addinivalue_line("markers", "whole_program: runs a whole example, demo or tool in processes of its own, "
+                            "making the calls the unit tests make under ASan; make test runs it, the ASan pass "
+                            "leaves it out")
 
 
 def pytest_addoption(parser):

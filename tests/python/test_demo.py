@@ -35,6 +35,7 @@ def _run(args, timeout=TIMEOUT, **env):
 # --------------------------------------------------------------------------- demo
 
 
+@pytest.mark.whole_program
 @pytest.mark.parametrize("strict", ["0", "1"], ids=["default", "strict"])
 def test_demo_runs_and_verifies(strict):
     pytest.importorskip("torch", reason="the demo shares torch tensors; torch is not installed for this Python")

@@ -170,6 +170,7 @@ def _run_ranks(result_path: pathlib.Path):
     return rc, output
 
 
+@pytest.mark.whole_program
 def test_handle_broadcast_with_torch_distributed(tmp_path):
     pytest.importorskip("torch.distributed")
     import torch.distributed as dist

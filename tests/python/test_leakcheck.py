@@ -118,6 +118,7 @@ def test_runtime_caches_are_not_leaks():
 '''
 
 
+@pytest.mark.whole_program
 def test_leakcheck_blames_the_leaking_tests_only(tmp_path):
     (tmp_path / "test_inner.py").write_text(textwrap.dedent(INNER))
     env = dict(os.environ)

@@ -60,6 +60,7 @@ def test_notebook_is_stored_without_outputs():
             assert cell.outputs == [] and cell.execution_count is None, "clear the notebook's outputs"
 
 
+@pytest.mark.whole_program
 def test_quickstart_notebook_executes(tmp_path, monkeypatch):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     kernel_name = nb.metadata.get("kernelspec", {}).get("name", "python3")

@@ -140,6 +140,7 @@ def test_updates_reach_another_process(method):
     s.close()
 
 
+@pytest.mark.whole_program
 def test_weight_sync_example():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python", "weight_sync.py")],
                        capture_output=True, text=True, timeout=280)
@@ -147,6 +148,7 @@ def test_weight_sync_example():
     assert "weight sync: OK" in r.stdout and r.stdout.count("matches") == 6
 
 
+@pytest.mark.whole_program
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_dataloader_example(method):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python", "dataloader.py"), method],
